@@ -34,6 +34,17 @@ class Activation(str, Enum):
     tanh = "tanh"
 
 
+class ResidualRule(str, Enum):
+    """z -> skip * z + branch * block(z) over L blocks: the parameterization's own rule
+    (`auto`: SP, equalized and muP use `one` unless param.depth_exponent says
+    otherwise, modular `convex`), or one named rule for every parameterization."""
+
+    auto = "auto"
+    one = "one"  # skip 1, branch 1 (seed 002's ResNet-S)
+    sqrt_depth = "sqrt_depth"  # skip 1, branch 1/sqrt(L) (depth-muP)
+    convex = "convex"  # skip 1 - 1/L, branch 1/L (Modula)
+
+
 class Schedule(str, Enum):
     constant = "constant"
     linear = "linear"
@@ -153,6 +164,63 @@ class MLPConfig:
     name: str = "mlp"
     activation: Activation = Activation.relu
     bias: bool = True
+
+
+@dataclass
+class ResNetConfig:
+    """ResNet-S (seed 002): MM(Res(...Res(MM_in(x)))), Res(z) = z + sigma(MM_1(sigma(MM_2(z))))."""
+
+    MIN_DEPTH: ClassVar[int] = 1  # residual blocks
+    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
+
+    name: str = "resnet"
+    activation: Activation = Activation.relu
+    bias: bool = True
+    layer_norm: bool = False  # LN (learnable gain and bias) at the start of every block
+    residual: ResidualRule = ResidualRule.auto
+
+
+@dataclass
+class CNNConfig:
+    """Conv stem, depth - 1 more conv layers of `width` channels, global average pooling, linear readout."""
+
+    MIN_DEPTH: ClassVar[int] = 1  # conv layers, the stem included
+    READS: ClassVar[tuple[str, ...]] = (IMAGE,)
+
+    name: str = "cnn"
+    activation: Activation = Activation.relu
+    bias: bool = True
+    kernel_size: int = 3
+    pool: int = 2  # average-pool the stem's output by pool x pool (0: keep the full resolution)
+
+    def check(self) -> None:
+        _conv_checks(self)
+
+
+@dataclass
+class ResNetCNNConfig:
+    """Conv stem, `depth` residual blocks of two convs (Res of seed 002 with convolutions), pooling, readout."""
+
+    MIN_DEPTH: ClassVar[int] = 1  # residual blocks
+    READS: ClassVar[tuple[str, ...]] = (IMAGE,)
+
+    name: str = "resnet_cnn"
+    activation: Activation = Activation.relu
+    bias: bool = True
+    kernel_size: int = 3
+    pool: int = 2
+    residual: ResidualRule = ResidualRule.auto
+
+    def check(self) -> None:
+        _conv_checks(self)
+
+
+def _conv_checks(model) -> None:
+    k = model.kernel_size
+    if not (k > 0 and k % 2 == 1):
+        raise ConfigError(f"model.kernel_size must be a positive odd number (same-size padding), got {k}")
+    if model.pool < 0:
+        raise ConfigError(f"model.pool must be >= 0 (0: no pooling), got {model.pool}")
 
 
 @dataclass
@@ -299,7 +367,7 @@ class Config:
 
 # Group option -> its schema. A new option adds one line here and one YAML file.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"mlp": MLPConfig},
+    "model": {"mlp": MLPConfig, "resnet": ResNetConfig, "cnn": CNNConfig, "resnet_cnn": ResNetCNNConfig},
     "param": {"standard": StandardParam, "equalized": EqualizedParam, "mup": MupParam, "modular": ModularParam},
     "optim": {"adam": AdamConfig, "sgd": SGDConfig},
     "data": {

@@ -95,6 +95,10 @@ class Atom(Module):
     """
 
     kind = "atom"
+    # The trained tensors an atom may hold. "weight" is a matrix in the parameterization's
+    # sense (fan_in x fan_out, possibly stored in another shape: `from_matrix`), "bias" a
+    # vector added to the output; other names are the atom's own (a layer norm's "gain").
+    TENSORS: tuple[str, ...] = ("weight", "bias")
 
     def __init__(self, fan_in: int, fan_out: int, *, role: str, runs: int, tag: str | None = None) -> None:
         super().__init__()
@@ -115,6 +119,21 @@ class Atom(Module):
 
     def split(self, target: float) -> list[tuple[Module, float]]:
         return []  # a leaf: its target is its own
+
+    def trained(self) -> Iterator[tuple[str, Tensor]]:
+        """(name, tensor) of each trained tensor this atom holds, in TENSORS order."""
+        for name in self.TENSORS:
+            t = getattr(self, name, None)
+            if t is not None:
+                yield name, t
+
+    def from_matrix(self, w: Tensor) -> Tensor:
+        """One run's weight in storage shape, from its (fan_in, fan_out) matrix view."""
+        return w
+
+    def own_init(self, name: str) -> Tensor | None:
+        """One run's initial value of a tensor no parameterization rules on (a gain), or None."""
+        return None
 
     def extra_repr(self) -> str:
         return f"{self.fan_in} -> {self.fan_out}, role={self.role}, runs={self.runs}"
@@ -144,6 +163,83 @@ class Linear(Atom):
         if self.bias is not None:
             y = y + (self.bias if self.bias_mult == 1.0 else self.bias * self.bias_mult)
         return y
+
+
+class Conv(Atom):
+    """A convolution: a matrix multiplication with shared weights (seed 002, eqs. 7.48-7.51).
+
+    `dims` spatial axes (1 or 2), a k^dims filter per (output, input) channel pair,
+    zero padding so the output has the input's size (k odd). As a matrix it maps the
+    c_in * k^dims values under the filter to c_out channels: fan_in = c_in * k^dims,
+    fan_out = c_out, so every rule stated for matrices (init scale, muP, the He
+    constant) applies to it as to a Linear.
+
+    weight: (K, c_out, c_in, k[, k]), torch's layout per run; bias: (K, c_out).
+    Inputs: (B, c_in, *spatial) shared by every run, or (K, B, c_in, *spatial).
+    """
+
+    kind = "conv"
+
+    def __init__(
+        self, c_in: int, c_out: int, kernel: int, *, dims: int, role: str, runs: int, bias: bool = True,
+        tag: str | None = None,
+    ) -> None:
+        if dims not in (1, 2) or kernel % 2 != 1:
+            raise ValueError(f"Conv needs dims in (1, 2) and an odd kernel, got dims={dims}, kernel={kernel}")
+        super().__init__(c_in * kernel**dims, c_out, role=role, runs=runs, tag=tag)
+        self.c_in, self.c_out, self.kernel, self.dims = c_in, c_out, kernel, dims
+        self.weight = nn.Parameter(torch.empty(runs, c_out, c_in, *[kernel] * dims))
+        self.bias = nn.Parameter(torch.zeros(runs, c_out)) if bias else None
+        self._conv = nn.functional.conv1d if dims == 1 else nn.functional.conv2d
+
+    def from_matrix(self, w: Tensor) -> Tensor:
+        # (fan_in, fan_out) -> (c_out, c_in, k, ...): fan_in runs over (c_in, taps) in torch's order
+        return w.t().reshape(self.weight.shape[1:])
+
+    def forward(self, x: Tensor) -> Tensor:
+        K, k, spatial = self.runs, self.kernel, x.shape[-self.dims :]
+        w = self.weight.reshape(K * self.c_out, self.c_in, *[k] * self.dims)
+        if x.dim() == self.dims + 2:  # (B, c_in, *S) shared: one convolution with K * c_out filters
+            y = self._conv(x, w, padding=k // 2)
+        else:  # (K, B, c_in, *S): runs as groups of channels
+            B = x.shape[1]
+            y = self._conv(x.transpose(0, 1).reshape(B, K * self.c_in, *spatial), w, padding=k // 2, groups=K)
+        y = y.view(y.shape[0], K, self.c_out, *spatial).transpose(0, 1)  # (K, B, c_out, *S)
+        if self.weight_mult != 1.0:
+            y = y * self.weight_mult
+        if self.bias is not None:
+            b = self.bias if self.bias_mult == 1.0 else self.bias * self.bias_mult
+            y = y + b.view(K, 1, self.c_out, *[1] * self.dims)
+        return y
+
+    def extra_repr(self) -> str:
+        return f"{self.c_in} -> {self.c_out}, kernel={self.kernel}^{self.dims}, role={self.role}, runs={self.runs}"
+
+
+class Gain(Atom):
+    """z -> gain * z + bias, elementwise over the last axis: layer norm's learnable gamma and beta.
+
+    A diagonal matrix, not a dense one: no parameterization multiplies it or draws it
+    at random; the gain starts at 1 and the bias at 0 (seed 002's LN). Its role is
+    `hidden` (both grow with the width).
+    gain, bias: (K, 1, width).
+    """
+
+    kind = "gain"
+    TENSORS = ("gain", "bias")
+
+    def __init__(self, width: int, *, runs: int) -> None:
+        super().__init__(width, width, role=HIDDEN, runs=runs)
+        self.gain = nn.Parameter(torch.ones(runs, 1, width))
+        self.bias = nn.Parameter(torch.zeros(runs, 1, width))
+
+    def own_init(self, name: str) -> Tensor | None:
+        return torch.ones(1, self.fan_out) if name == "gain" else None
+
+    def forward(self, z: Tensor) -> Tensor:
+        # z: (K, B, ..., width); gain, bias broadcast over the middle axes
+        shape = (self.runs,) + (1,) * (z.dim() - 2) + (self.fan_out,)
+        return z * self.gain.view(shape) + self.bias.view(shape)
 
 
 class Activation(Module):
@@ -185,6 +281,45 @@ class Flatten(Module):
 
     def extra_repr(self) -> str:
         return f"last {self.ndim} axes"
+
+
+class Standardize(Module):
+    """A bond: LN-S(z) = (z - mean(z)) / std(z) over the last axis, with the population std
+    (seed 002, eq. 7.40); `eps` inside the square root keeps a constant z finite."""
+
+    def __init__(self, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, z: Tensor) -> Tensor:
+        mean = z.mean(-1, keepdim=True)
+        var = z.var(-1, keepdim=True, unbiased=False)
+        return (z - mean) * torch.rsqrt(var + self.eps)
+
+
+class Pool(Module):
+    """A bond: average pooling over the spatial axes of (..., C, *spatial) inputs.
+
+    `size` > 0 averages size^dims windows (halving each axis for size 2); `size` = 0
+    averages everything (global pooling) and drops the spatial axes. An average has
+    RMS no larger than its inputs': sensitivity 1.
+    """
+
+    def __init__(self, dims: int, size: int = 0) -> None:
+        super().__init__()
+        self.dims, self.size = dims, size
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.size == 0:
+            return x.mean(dim=tuple(range(-self.dims, 0)))
+        lead = x.shape[: -self.dims - 1]  # (B,) or (K, B)
+        flat = x.reshape(-1, *x.shape[-self.dims - 1 :])
+        pool = nn.functional.avg_pool1d if self.dims == 1 else nn.functional.avg_pool2d
+        y = pool(flat, self.size)
+        return y.view(*lead, *y.shape[1:])
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}, size={'global' if self.size == 0 else self.size}"
 
 
 class Sequential(Module):
@@ -242,3 +377,11 @@ class Residual(Module):
         if self.block.mass <= 0 or self.branch == 0:
             return [(self.block, 0.0)]
         return [(self.block, target / abs(self.branch))]
+
+
+class LayerNorm(Sequential):
+    """LN(z) = beta + gamma * LN-S(z) (seed 002, eq. 7.41): a composition of the
+    standardising bond and a learnable gain atom."""
+
+    def __init__(self, width: int, *, runs: int) -> None:
+        super().__init__([Standardize(), Gain(width, runs=runs)])

@@ -29,9 +29,17 @@ class Slot:
     """One trained tensor: which atom it belongs to and its per-tensor LR multiplier."""
 
     atom: Atom
-    name: str  # "weight" | "bias"
+    name: str  # "weight" | "bias" | an atom's own tensor (Atom.TENSORS)
     tensor: Tensor  # (K, ...): leading run axis
     lr_mult: float
+
+
+# model.residual -> (skip, branch) for L blocks: z -> skip * z + branch * block(z)
+RESIDUAL_RULES = {
+    "one": lambda L: (1.0, 1.0),  # seed 002's ResNet-S
+    "sqrt_depth": lambda L: (1.0, L**-0.5),  # depth-muP
+    "convex": lambda L: (1.0 - 1.0 / L, 1.0 / L),  # Modula
+}
 
 
 def run_view(v: Tensor, like: Tensor) -> Tensor:
@@ -54,10 +62,15 @@ class Parameterization:
 
     def residual_stack(self, blocks: Sequence[Module]) -> Sequential:
         """The L = len(blocks) residual blocks of a network, applied in order, each
-        wrapped by this parameterization's residual rule. Architectures build their
-        residual trunk with this, so a rule that also re-weights the blocks' masses
-        (the modular norm's tare) sees the whole trunk at once."""
-        skip, branch = self.residual_scales(len(blocks))
+        wrapped by the residual rule: `model.residual` when it names one (to compare
+        rules under one parameterization), else this parameterization's own
+        (`residual_scales`). Architectures build their residual trunk with this, so a
+        rule that also re-weights the blocks' masses (the modular norm's tare) sees
+        the whole trunk at once."""
+        L = len(blocks)
+        rule = getattr(self.cfg.model, "residual", None)
+        rule = getattr(rule, "value", rule)
+        skip, branch = self.residual_scales(L) if rule in (None, "auto") else RESIDUAL_RULES[rule](L)
         return Sequential([Residual(b, skip=skip, branch=branch) for b in blocks])
 
     def attention_scale(self, d_head: int) -> float:
@@ -89,6 +102,15 @@ class Parameterization:
         bound = 1.0 / math.sqrt(atom.fan_in)
         return torch.empty(atom.fan_out).uniform_(-bound, bound, generator=gen)
 
+    def init_tensor(self, atom: Atom, name: str, gen: torch.Generator) -> Tensor:
+        """One run's initial value of the atom's tensor `name`, in storage shape (without K)."""
+        own = atom.own_init(name)
+        if own is not None:
+            return own
+        if name == "weight":
+            return atom.from_matrix(self.init_weight(atom, gen))
+        return self.init_bias(atom, gen)
+
     @torch.no_grad()
     def initialize(self, model: Module, seeds: Sequence[int]) -> None:
         """Initialise run k from seeds[k]; runs sharing a seed start identical."""
@@ -96,12 +118,10 @@ class Parameterization:
             runs = [k for k, s in enumerate(seeds) if s == seed]
             gen = torch.Generator().manual_seed(seed)
             for atom in model.atoms():
-                w = self.init_weight(atom, gen)
-                b = self.init_bias(atom, gen) if getattr(atom, "bias", None) is not None else None
-                for k in runs:
-                    atom.weight[k].copy_(w.reshape(atom.weight.shape[1:]))
-                    if b is not None:
-                        atom.bias[k].copy_(b.reshape(atom.bias.shape[1:]))
+                for name, t in atom.trained():
+                    value = self.init_tensor(atom, name, gen).reshape(t.shape[1:])
+                    for k in runs:
+                        t[k].copy_(value)
 
     # ---- learning rates and updates
     def lr_multiplier(self, atom: Atom, name: str) -> float:
@@ -109,13 +129,7 @@ class Parameterization:
         return 1.0
 
     def slots(self, model: Module) -> list[Slot]:
-        out = []
-        for atom in model.atoms():
-            for name in ("weight", "bias"):
-                t = getattr(atom, name, None)
-                if t is not None:
-                    out.append(Slot(atom, name, t, self.lr_multiplier(atom, name)))
-        return out
+        return [Slot(atom, name, t, self.lr_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
 
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Map the base optimizer's directions to updates (w <- w - update).

@@ -69,6 +69,12 @@ class Norm:
         """A tensor of norm 1 per run that is `d`'s steepest direction in this norm."""
         return d / run_view(self.value(d).clamp_min(TINY), d)
 
+    def normalize_(self, d: Tensor, target: Tensor, state: dict, exact: bool) -> Tensor:
+        """Scale `d` in place so that each run's slice has norm target (K,), as measured
+        exactly or by training's estimate (`state` persists across steps)."""
+        n = self.value(d) if exact else self.estimate(d, state)
+        return d.mul_(run_view(target / n.clamp_min(TINY), d))
+
 
 class RMS(Norm):
     """||v||_2 / sqrt(n) over everything but the run axis: the RMS of a vector (a bias)."""
@@ -112,6 +118,43 @@ class Spectral(Norm):
         return orthogonalize(d, steps)
 
 
+class MaxAbs(Norm):
+    """max_i |g_i|: the operator norm (RMS to RMS) of z -> g * z, for a layer norm's gain.
+    Its steepest direction is the sign."""
+
+    def value(self, d: Tensor) -> Tensor:
+        return d.flatten(1).abs().amax(1)
+
+    def dual(self, d: Tensor, steps: int) -> Tensor:
+        return torch.sign(d)
+
+
+class PerTap(Norm):
+    """A convolution's weight (K, c_out, c_in, *taps): the spectral norm of each tap's
+    (c_out, c_in) matrix, each normalised separately (Modula's Conv2D). The value is
+    the largest tap's norm."""
+
+    def __init__(self, spectral: Spectral) -> None:
+        self.spectral = spectral
+
+    @staticmethod
+    def taps(d: Tensor) -> Tensor:
+        """(K, c_out, c_in, *taps) -> a view (K, *taps, c_out, c_in)."""
+        return d.movedim((1, 2), (-2, -1))
+
+    def value(self, d: Tensor) -> Tensor:
+        return self.spectral.value(self.taps(d)).flatten(1).amax(1)
+
+    def dual(self, d: Tensor, steps: int) -> Tensor:
+        return self.spectral.dual(self.taps(d), steps).movedim((-2, -1), (1, 2))
+
+    def normalize_(self, d: Tensor, target: Tensor, state: dict, exact: bool) -> Tensor:
+        t = self.taps(d)
+        n = self.spectral.value(t) if exact else self.spectral.estimate(t, state)  # (K, *taps)
+        scale = target.view(-1, *[1] * (n.dim() - 1)) / n.clamp_min(TINY)
+        return d.mul_(scale.view(scale.shape[0], 1, 1, *scale.shape[1:]))
+
+
 # Newton-Schulz: `steps` quintic steps that push every singular value of X (scaled to
 # Frobenius norm 1) quickly into ~[0.7, 1.2], then cubic steps x -> 1.5x - 0.5x^3,
 # which converge quadratically to 1: the result is orthogonal to ~1e-3, not Muon's
@@ -147,9 +190,10 @@ def orthogonal(rows: int, cols: int, gen: torch.Generator) -> Tensor:
 class AtomRule:
     """How the modular norm treats one kind of atom's weight."""
 
-    norm: Callable[[Modular], Norm]  # the weight's norm (given the parameterization, for its settings)
+    norm: Callable[[Modular], Norm]  # the weight's (or gain's) norm, given the parameterization's settings
     multiplier: Callable[[Atom], float]  # the forward multiplier that makes the atom RMS-to-RMS
-    init: Callable[[Atom, torch.Generator, str], Tensor]  # one run's weight for init = orthogonal | gaussian
+    # one run's weight, (fan_in, fan_out), for init = orthogonal | gaussian; None: the atom's own init
+    init: Callable[[Atom, torch.Generator, str], Tensor] | None
 
 
 def _linear_init(atom: Atom, gen: torch.Generator, kind: str) -> Tensor:
@@ -159,12 +203,32 @@ def _linear_init(atom: Atom, gen: torch.Generator, kind: str) -> Tensor:
     return torch.randn(atom.fan_in, atom.fan_out, generator=gen) * std
 
 
+def _conv_init(atom: Atom, gen: torch.Generator, kind: str) -> Tensor:
+    """Each tap an orthogonal (or spectral-norm-1 Gaussian) (c_out, c_in) matrix, as a matrix view."""
+    taps = atom.kernel**atom.dims
+    if kind == "orthogonal":
+        mats = [orthogonal(atom.c_out, atom.c_in, gen) for _ in range(taps)]
+    else:
+        std = 1.0 / (math.sqrt(atom.c_in) + math.sqrt(atom.c_out))
+        mats = [torch.randn(atom.c_out, atom.c_in, generator=gen) * std for _ in range(taps)]
+    w = torch.stack(mats, -1).reshape(atom.weight.shape[1:])  # (c_out, c_in, k[, k])
+    return w.reshape(atom.c_out, -1).t()
+
+
 RULES: dict[str, AtomRule] = {
     "linear": AtomRule(
         norm=lambda p: Spectral(p.power_iters),
         multiplier=lambda atom: math.sqrt(atom.fan_out / atom.fan_in),
         init=_linear_init,
     ),
+    # Modula's Conv2D: sqrt(c_out/c_in) / k^dims * conv(x, W), taps normalised one by one;
+    # the output is the average of k^dims tap products, each RMS-to-RMS of norm <= 1.
+    "conv": AtomRule(
+        norm=lambda p: PerTap(Spectral(p.power_iters)),
+        multiplier=lambda atom: math.sqrt(atom.c_out / atom.c_in) / atom.kernel**atom.dims,
+        init=_conv_init,
+    ),
+    "gain": AtomRule(norm=lambda p: MaxAbs(), multiplier=lambda atom: 1.0, init=None),
 }
 
 
@@ -223,12 +287,13 @@ class Modular(Parameterization):
         self._norms = {atom: self.rule(atom).norm(self) for atom in model.atoms()}
 
     def share(self, slot: Slot) -> float:
-        """The slot's target norm when the whole network's is 1."""
+        """The slot's target norm when the whole network's is 1: an atom with a bias splits
+        its target between weight (or gain) and bias as 1 : bias_mass (the tuple rule)."""
         t = self.shares[slot.atom]
         if getattr(slot.atom, "bias", None) is None:
             return t
         w = 1.0 / (1.0 + self.bias_mass)
-        return t * (w if slot.name == "weight" else 1.0 - w)
+        return t * (1.0 - w if slot.name == "bias" else w)
 
     # ---- initialisation
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
@@ -240,16 +305,16 @@ class Modular(Parameterization):
     # ---- the power iteration's warm start, across steps and checkpoints
     def state_dict(self) -> dict:
         """Each tensor's saved power-iteration vectors, in forward order of the atoms."""
-        keys = [(a, n) for a in self.shares for n in ("weight", "bias")]
+        keys = [(a, n) for a in self.shares for n in a.TENSORS]
         return {"power": [self._state.get(k, {}) for k in keys]}
 
     def load_state_dict(self, state: dict) -> None:
-        keys = [(a, n) for a in self.shares for n in ("weight", "bias")]
+        keys = [(a, n) for a in self.shares for n in a.TENSORS]
         self._state = {k: dict(v) for k, v in zip(keys, state["power"]) if v}
 
     # ---- updates
     def norm_of(self, slot: Slot) -> Norm:
-        return self._norms[slot.atom] if slot.name == "weight" else RMS()
+        return RMS() if slot.name == "bias" else self._norms[slot.atom]
 
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Each slot's direction mapped to an update of norm share * lr (per run)."""
@@ -258,10 +323,8 @@ class Modular(Parameterization):
             norm, target = self.norm_of(s), lr * self.share(s)  # (K,)
             if self.dualize:
                 out.append(norm.dual(d, self.ns_steps) * run_view(target, d))
-                continue
-            state = self._state.setdefault((s.atom, s.name), {})
-            n = norm.value(d) if self.exact else norm.estimate(d, state)
-            out.append(d.mul_(run_view(target / n.clamp_min(TINY), d)))
+            else:
+                out.append(norm.normalize_(d, target, self._state.setdefault((s.atom, s.name), {}), self.exact))
         return out
 
     def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim_cfg) -> list[Tensor] | None:

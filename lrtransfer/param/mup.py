@@ -12,6 +12,7 @@ number. Roles (see `model/layers.py`):
 | output | SP x sqrt(m), or zeros            | output_mult / m   | 1       | m      |
 | bias of input/hidden | SP                  | 1                 | 1       | m      |
 | bias of output       | SP x sqrt(m), or zeros | 1              | 1       | 1      |
+| layer-norm gain      | 1                      | 1              | 1       | m      |
 
 (The `mup` package's MuReadout divides its *input* by m, so the readout bias is
 not divided, and rescales weight and bias by sqrt(m) at set-up; vectors with one
@@ -41,9 +42,9 @@ from lrtransfer.param.base import Parameterization
 # Per-tensor LR multiplier as a power of m, per base optimizer, role and tensor.
 LR_POWERS = {
     "adam": {(INPUT, "weight"): 0, (HIDDEN, "weight"): -1, (OUTPUT, "weight"): 0,
-             (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0},
+             (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 0},
     "sgd": {(INPUT, "weight"): 1, (HIDDEN, "weight"): 0, (OUTPUT, "weight"): 1,
-            (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0},
+            (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1},
 }
 
 
