@@ -156,12 +156,12 @@ def test_compound_rules_by_hand():
 
 
 def test_an_atom_kind_without_a_rule_is_refused():
-    class Conv(Atom):
-        kind = "conv-not-yet"
+    class Capsule(Atom):
+        kind = "capsule-not-yet"
 
     cfg = typed(*CPU)
-    with pytest.raises(ConfigError, match="no rule for atoms of kind 'conv-not-yet'; known: linear"):
-        build_param(cfg).multipliers(Conv(3, 3, role=HIDDEN, runs=1))
+    with pytest.raises(ConfigError, match="no rule for atoms of kind 'capsule-not-yet'; known: conv, gain, linear"):
+        build_param(cfg).multipliers(Capsule(3, 3, role=HIDDEN, runs=1))
 
 
 def output_change(model, x, slots, deltas, eps):
