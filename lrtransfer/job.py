@@ -12,6 +12,8 @@ import fcntl
 import logging
 import os
 import platform
+import resource
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -156,6 +158,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
             "device": str(device),
             "threads": torch.get_num_threads(),
             "wall_time_s": round(time.perf_counter() - started, 3),
+            "peak_memory_mib": peak_memory_mib(device),
             "runs": [{"log2_lr": _log2(r.lr), **vars(r)} for r in results],
         }
     except Exception as e:  # recorded, reported at the end of the sweep; the sweep goes on
@@ -172,6 +175,17 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         FileCheckpoint(folder / "checkpoint.pt", 0).discard()
     progress.job_finished()
     return {k: record.get(k) for k in ("job_id", "status", "error", "wall_time_s")}
+
+
+def peak_memory_mib(device) -> float:
+    """The process's peak resident memory so far (on CUDA: the peak allocated on the device),
+    in MiB. Under the in-process launcher the process runs many jobs: it is the peak of all so far."""
+    import torch
+
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
 def _log2(lr: float) -> float:

@@ -24,6 +24,7 @@ def test_sweep_writes_one_record_per_job_and_resumes(cli, tmp_path):
     rec = json.loads(records[0].read_text())
     assert rec["status"] == "complete" and rec["config"]["width"] in (16, 32)
     assert {"versions", "device", "wall_time_s", "job_id"} <= set(rec)
+    assert 50 < rec["peak_memory_mib"] < 8192  # this process's peak RSS, in MiB (torch alone is ~300)
     assert len(rec["runs"]) == 5  # log2 LR -10..-6
     run = rec["runs"][0]
     assert {"lr", "log2_lr", "final_loss", "eval_loss", "eval_acc", "diverged", "history_step", "history_loss"} <= set(run)
