@@ -8,8 +8,8 @@
 # depth: its convex residual rule 1/L with tared block masses); the seed's plain
 # ResNet-S under SP (branch multiplier 1) moves its optimum, or its deep models diverge.
 # Usage: scripts/depth_study.sh [RESULTS_DIR] [extra overrides...]
-# (e.g. `param=standard,modular,mup param.depth_exponent=0.5` is not valid for SP;
-# compare rules with `model.residual=one,sqrt_depth,convex` instead.)
+# Extra overrides replace the script's (`param=standard` runs only SP; compare
+# residual rules under one parameterization with `model.residual=one,sqrt_depth,convex`).
 # Re-running resumes: finished jobs are skipped. One torch thread per job.
 set -euo pipefail
 RESULTS=${1:-results}
