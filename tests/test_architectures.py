@@ -275,3 +275,20 @@ def test_batched_equals_one_run_at_a_time_in_float64(model, param, mnist_root):
         assert not a.diverged and not b.diverged
         assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)
+
+
+def test_a_cnn_sweeps_cifar10_files_from_the_cli(cli, tmp_path):
+    """`lrtransfer sweep data=cifar10 data.root=PATH model=cnn width=32,64` on files in torchvision's layout."""
+    from tests.conftest import TINY
+    from tests.datafiles import write_cifar
+
+    root = tmp_path / "datasets"
+    write_cifar(root, n_test=32)
+    code, out, err = cli("sweep", "data=cifar10", f"data.root={root}", "model=cnn", "width=32,64", *TINY,
+                         "data.eval_size=32", f"results_dir={tmp_path}", "name=c")
+    assert code == 0, err
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("c/*/record.json"))]
+    assert sorted(r["config"]["width"] for r in records) == [32, 64]
+    for rec in records:
+        assert rec["status"] == "complete" and rec["config"]["model"]["name"] == "cnn"
+        assert all(run["eval_loss"] is not None for run in rec["runs"])
