@@ -197,20 +197,22 @@ class Conv(Atom):
         return w.t().reshape(self.weight.shape[1:])
 
     def forward(self, x: Tensor) -> Tensor:
-        K, k, spatial = self.runs, self.kernel, x.shape[-self.dims :]
-        w = self.weight.reshape(K * self.c_out, self.c_in, *[k] * self.dims)
-        if x.dim() == self.dims + 2:  # (B, c_in, *S) shared: one convolution with K * c_out filters
-            y = self._conv(x, w, padding=k // 2)
-        else:  # (K, B, c_in, *S): runs as groups of channels
-            B = x.shape[1]
-            y = self._conv(x.transpose(0, 1).reshape(B, K * self.c_in, *spatial), w, padding=k // 2, groups=K)
-        y = y.view(y.shape[0], K, self.c_out, *spatial).transpose(0, 1)  # (K, B, c_out, *S)
-        if self.weight_mult != 1.0:
-            y = y * self.weight_mult
+        # The multipliers are folded into the (small) filters rather than applied to the
+        # (large) outputs. Runs are convolved one by one (unbind/stack, whose backward
+        # copies no more than it must): as one grouped convolution over K * c_in
+        # channels, with the runs' outputs left interleaved, every later elementwise
+        # pass ran on strided memory (measured 2.6x slower than one run at a time).
+        K, pad = self.runs, self.kernel // 2
+        w = self.weight * self.weight_mult if self.weight_mult != 1.0 else self.weight
+        b = None
         if self.bias is not None:
-            b = self.bias if self.bias_mult == 1.0 else self.bias * self.bias_mult
-            y = y + b.view(K, 1, self.c_out, *[1] * self.dims)
-        return y
+            b = self.bias * self.bias_mult if self.bias_mult != 1.0 else self.bias
+        if x.dim() == self.dims + 2:  # (B, c_in, *S) shared: one convolution with K * c_out filters
+            y = self._conv(x, w.flatten(0, 1), None if b is None else b.flatten(), padding=pad)  # (B, K*c_out, *S)
+            return y.unflatten(1, (K, self.c_out)).transpose(0, 1).contiguous()  # (K, B, c_out, *S)
+        bs = [None] * K if b is None else b.unbind(0)
+        ys = [self._conv(xr, wr, br, padding=pad) for xr, wr, br in zip(x.unbind(0), w.unbind(0), bs)]
+        return ys[0].unsqueeze(0) if K == 1 else torch.stack(ys)  # (K, B, c_out, *S)
 
     def extra_repr(self) -> str:
         return f"{self.c_in} -> {self.c_out}, kernel={self.kernel}^{self.dims}, role={self.role}, runs={self.runs}"
