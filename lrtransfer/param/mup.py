@@ -92,5 +92,6 @@ class MuP(Parameterization):
 
     def attention_scale(self, d_head: int) -> float:
         """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling
-        that equals SP's 1/sqrt(d_head) at the base width."""
-        return math.sqrt(d_head / self.m) / d_head
+        that equals SP's 1/sqrt(d_head) at the base width (written as SP's scale / sqrt(m),
+        = sqrt(d_base) / d_head, so that at m = 1 it is SP's number exactly)."""
+        return super().attention_scale(d_head) / math.sqrt(self.m)
