@@ -265,3 +265,15 @@ def test_cli_refuses_a_bad_width_in_one_line(cli, tmp_path):
                          f"results_dir={tmp_path}")
     assert code != 0
     assert "width=30 is not divisible by model.heads=4" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("param", PARAMS)
+def test_batched_training_equals_one_run_at_a_time_in_float64(param):
+    over = tiny(f"param={param}", *TRAIN, "train.steps=6", "n_seeds=2", "train.dtype=float64")
+    over += ["param.base_width=32"] if param == "mup" else []
+    runs = [Run(lr=2.0 ** (GOOD_LR[param] + d), seed=s) for s in (0, 1) for d in (-1, 0)]
+    batched = engine.train(typed(*over), runs)
+    alone = engine.train(typed(*over, "engine.batched=false"), runs)
+    for a, b in zip(batched, alone):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)

@@ -33,6 +33,14 @@ constant b (sensitivity 0, norm RMS(b) = ||b||_2 / sqrt(fan_out), the output nor
 By the tuple rule the atom's target is split between them in proportion to their
 masses, 1 : `bias_mass`; the atom stays one-Lipschitz. Biases start at zero.
 
+Embeddings (Modula's Embedding atom): forward sqrt(dim) * row, rows unit l2 at init,
+norm the largest row's l2 (`RowL2`); each row of the update is rescaled to l2 = target
+(`normalize`) or replaced by its direction times the target (`dualize`). Attention
+(model=transformer) follows Modula's GPT: logits q.k / d_head (`attention_scale`) on
+(q, k, v) / 3 (`attention_qkv_mult`), and the model's blocks are tared to
+`param.blocks_mass`, whose default is the model's own (5 for the transformer, as
+Modula's GPT; 1 otherwise; conf/param/modular.yaml).
+
 A new kind of atom plugs in with one `AtomRule` in `RULES` (its norm, forward
 multiplier and initialisation), keyed by the atom's `kind`.
 """
