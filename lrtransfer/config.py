@@ -215,6 +215,36 @@ class ResNetCNNConfig:
         _conv_checks(self)
 
 
+@dataclass
+class TransformerConfig:
+    """A GPT-style decoder: token + position embeddings, `depth` pre-norm blocks
+    z + attn(LN(z)), z + mlp(LN(z)) (causal self-attention, `heads` heads of width / heads),
+    a final LN and a linear head predicting the next token at every position."""
+
+    MIN_DEPTH: ClassVar[int] = 1  # transformer blocks (each an attention and an MLP residual branch)
+    READS: ClassVar[tuple[str, ...]] = (TOKENS,)
+    BLOCKS_MASS: ClassVar[float] = 5.0  # param=modular's default trunk mass: Modula's GPT
+
+    name: str = "transformer"
+    heads: int = 4  # fixed number of heads: d_head = width / heads grows with the width
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * width
+    activation: Activation = Activation.gelu
+    bias: bool = True
+    residual: ResidualRule = ResidualRule.auto
+
+    def check(self) -> None:
+        _positive("model.heads", self.heads)
+        _positive("model.mlp_ratio", self.mlp_ratio)
+
+    def check_with(self, cfg: Config) -> None:
+        if cfg.width % self.heads != 0:
+            valid = ", ".join(str(self.heads * i) for i in (1, 2, 4, 8, 16))
+            raise ConfigError(
+                f"width={cfg.width} is not divisible by model.heads={self.heads} (d_head = width / heads); "
+                f"valid widths: multiples of {self.heads} ({valid}, ...), or a model.heads dividing {cfg.width}"
+            )
+
+
 def _conv_checks(model) -> None:
     k = model.kernel_size
     if not (k > 0 and k % 2 == 1):
@@ -263,7 +293,9 @@ class ModularParam:
     power_iters: int = 1  # power iterations per step (warm-started)
     ns_steps: int = 8  # Newton-Schulz quintic steps of `dualize` (then 4 polishing steps)
     bias_mass: float = 0.1  # a Linear's bias : weight mass ratio (its share of the atom's target)
-    blocks_mass: float = 1.0  # total mass of a residual trunk (`Parameterization.residual_stack`)
+    # total mass of a residual trunk (`Parameterization.residual_stack`); conf/param/modular.yaml
+    # defaults it to the model's own (`model_default`: transformer 5, as Modula's GPT; others 1)
+    blocks_mass: float = 1.0
 
     def check(self) -> None:
         for key in ("power_iters", "ns_steps", "blocks_mass"):
@@ -367,7 +399,8 @@ class Config:
 
 # Group option -> its schema. A new option adds one line here and one YAML file.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"mlp": MLPConfig, "resnet": ResNetConfig, "cnn": CNNConfig, "resnet_cnn": ResNetCNNConfig},
+    "model": {"mlp": MLPConfig, "resnet": ResNetConfig, "cnn": CNNConfig, "resnet_cnn": ResNetCNNConfig,
+              "transformer": TransformerConfig},
     "param": {"standard": StandardParam, "equalized": EqualizedParam, "mup": MupParam, "modular": ModularParam},
     "optim": {"adam": AdamConfig, "sgd": SGDConfig},
     "data": {
@@ -391,7 +424,18 @@ def register() -> None:
             cs.store(group=f"schema/{group}", name=option, node=node)
 
 
+def model_default(key: str, *, _root_: DictConfig) -> Any:
+    """`${lrt_model_default:KEY}`: the value the chosen model's schema declares as its own
+    default for a key of another group (a ClassVar KEY.upper(); 1.0 when it declares none).
+    conf/param/modular.yaml sets `blocks_mass: ${lrt_model_default:blocks_mass}`: Modula's
+    GPT tares its blocks to 5, its ResMLP to 1, and an override still wins."""
+    schema = SCHEMAS["model"].get(_root_.model.name)
+    return float(getattr(schema, key.upper(), 1.0))
+
+
 register()
+if not OmegaConf.has_resolver("lrt_model_default"):
+    OmegaConf.register_new_resolver("lrt_model_default", model_default, use_cache=False)
 
 
 # ---------------------------------------------------------------- value checks
@@ -452,6 +496,8 @@ def validate(cfg: DictConfig | Config) -> Config:
                 raise ConfigError(f"{group}.{key} must be finite, got {value!r}")
         if hasattr(node, "check"):
             node.check()
+        if hasattr(node, "check_with"):  # checks that need the rest of the config (model.heads vs width)
+            node.check_with(cfg)
     _check_model_reads_data(cfg)
     return cfg
 

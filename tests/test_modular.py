@@ -160,7 +160,7 @@ def test_an_atom_kind_without_a_rule_is_refused():
         kind = "capsule-not-yet"
 
     cfg = typed(*CPU)
-    with pytest.raises(ConfigError, match="no rule for atoms of kind 'capsule-not-yet'; known: conv, gain, linear"):
+    with pytest.raises(ConfigError, match="no rule for atoms of kind 'capsule-not-yet'; known: conv, embedding, gain, linear"):
         build_param(cfg).multipliers(Capsule(3, 3, role=HIDDEN, runs=1))
 
 

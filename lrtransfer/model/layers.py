@@ -131,6 +131,23 @@ class Atom(Module):
         """One run's weight in storage shape, from its (fan_in, fan_out) matrix view."""
         return w
 
+    def torch_init(self, gen: torch.Generator) -> Tensor:
+        """One run's weight as PyTorch's own layer would start it, (fan_in, fan_out): SP's init.
+
+        nn.Linear's (and nn.Conv's) kaiming_uniform(a=sqrt(5)), U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+        drawn in torch's (fan_out, fan_in) order and transposed, so that with the same
+        generator state it equals torch's initialisation number for number.
+        """
+        bound = 1.0 / math.sqrt(self.fan_in)
+        return torch.empty(self.fan_out, self.fan_in).uniform_(-bound, bound, generator=gen).t()
+
+    @property
+    def torch_fan_in(self) -> int:
+        """prod(weight.shape[1:]) of PyTorch's own layout of this layer's weight: the fan-in
+        torch.nn.init (and seed 001's He constant) computes. A matrix's fan_in for nn.Linear
+        (out, in) and nn.Conv (out, in, k, ...); not so for a lookup table (`Embedding`)."""
+        return self.fan_in
+
     def own_init(self, name: str) -> Tensor | None:
         """One run's initial value of a tensor no parameterization rules on (a gain), or None."""
         return None
@@ -157,6 +174,8 @@ class Linear(Atom):
 
     def forward(self, x: Tensor) -> Tensor:
         # x: (B, fan_in) shared by every run, or (K, B, fan_in) -> (K, B, fan_out)
+        if x.dim() > 3:  # (K, B, ..., fan_in), e.g. (K, B, T, fan_in): the middle axes as one
+            return self.forward(x.flatten(1, -2)).unflatten(1, x.shape[1:-1])
         y = torch.matmul(x, self.weight)
         if self.weight_mult != 1.0:
             y = y * self.weight_mult
@@ -242,6 +261,51 @@ class Gain(Atom):
         # z: (K, B, ..., width); gain, bias broadcast over the middle axes
         shape = (self.runs,) + (1,) * (z.dim() - 2) + (self.fan_out,)
         return z * self.gain.view(shape) + self.bias.view(shape)
+
+
+class Embedding(Atom):
+    """A lookup table: token id i -> row i of the weight (PyTorch's nn.Embedding), for K runs.
+
+    As a matrix it is a Linear on one-hot inputs: fan_in = `num` rows (the vocabulary or
+    the context length), fan_out = `dim` (the width), stored (K, num, dim), which is
+    already the (fan_in, fan_out) view. Role `input`: a fixed-size input to the width.
+    No bias. `kind` "embedding": each parameterization states its own rule for it.
+
+    ids: (B, T) shared by every run, or (K, B, T) -> (K, B, T, dim).
+    """
+
+    kind = "embedding"
+    TENSORS = ("weight",)
+
+    def __init__(self, num: int, dim: int, *, runs: int, tag: str | None = None) -> None:
+        super().__init__(num, dim, role=INPUT, runs=runs, tag=tag)
+        self.weight = nn.Parameter(torch.empty(runs, num, dim))
+
+    def torch_init(self, gen: torch.Generator) -> Tensor:
+        """nn.Embedding's init: every entry N(0, 1)."""
+        return torch.randn(self.fan_in, self.fan_out, generator=gen)
+
+    @property
+    def torch_fan_in(self) -> int:
+        """nn.Embedding's weight is (num, dim), so prod(weight.shape[1:]) is dim (what
+        torch.nn.init.kaiming_normal_ on it uses), not the number of rows."""
+        return self.fan_out
+
+    def forward(self, ids: Tensor) -> Tensor:
+        K, num = self.runs, self.fan_in
+        # run k reads rows k*num ... k*num + num - 1 of the (K * num, dim) table: no run sees
+        # another's. (K, 1, 1) + ids (B, T) or (K, B, T) -> (K, B, T)
+        offsets = torch.arange(K, device=ids.device).mul_(num).view(K, 1, 1)
+        y = nn.functional.embedding(ids + offsets, self.weight.reshape(K * num, self.fan_out))  # (K, B, T, dim)
+        return y * self.weight_mult if self.weight_mult != 1.0 else y
+
+
+class Enumerate(Module):
+    """A bond: token ids (..., T) -> the positions 0 ... T-1 as shared ids (1, T), to read a
+    position embedding (Modula's Enumerate)."""
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return torch.arange(ids.shape[-1], device=ids.device).unsqueeze(0)
 
 
 class Activation(Module):
@@ -379,6 +443,39 @@ class Residual(Module):
         if self.block.mass <= 0 or self.branch == 0:
             return [(self.block, 0.0)]
         return [(self.block, target / abs(self.branch))]
+
+
+class Sum(Module):
+    """x -> sum_i a_i * M_i(x): parts reading the same input, weighted and added.
+
+    The compound rules of a tuple followed by Add (sensitivity 1) and scalar
+    multiples: mass sum_i mu_i, sensitivity sum_i |a_i| s_i; part i gets
+    (mu_i / mu) * T / |a_i|.
+    """
+
+    def __init__(self, parts: Sequence[Module], scales: Sequence[float]) -> None:
+        super().__init__()
+        if len(parts) != len(scales) or any(a == 0 for a in scales):
+            raise ValueError("Sum needs one nonzero scale per part")
+        self.parts_list = nn.ModuleList(parts)
+        self.scales = tuple(float(a) for a in scales)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = None
+        for a, part in zip(self.scales, self.parts_list):
+            y = part(x) if a == 1.0 else a * part(x)
+            out = y if out is None else out + y  # broadcasting: a part may give (K, 1, T, d)
+        return out
+
+    @property
+    def sensitivity(self) -> float:
+        return sum(abs(a) * p.sensitivity for a, p in zip(self.scales, self.parts_list))
+
+    def split(self, target: float) -> list[tuple[Module, float]]:
+        mass = self.mass
+        if mass <= 0:
+            return [(p, 0.0) for p in self.parts_list]
+        return [(p, p.mass / mass * target / abs(a)) for a, p in zip(self.scales, self.parts_list)]
 
 
 class LayerNorm(Sequential):

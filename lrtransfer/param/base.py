@@ -77,6 +77,10 @@ class Parameterization:
         """The factor on attention logits q.k; SP: 1/sqrt(d_head)."""
         return 1.0 / math.sqrt(d_head)
 
+    def attention_qkv_mult(self) -> float:
+        """The factor on q, k and v before attention (part of the compound's forward); SP: 1."""
+        return 1.0
+
     # ---- forward multipliers, set once on the built model
     def multipliers(self, atom: Atom) -> tuple[float, float]:
         """(weight_mult, bias_mult): the atom computes weight_mult * x W + bias_mult * b."""
@@ -88,14 +92,9 @@ class Parameterization:
 
     # ---- initialisation, one run at a time so that a run's weights depend on its seed only
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
-        """One run's weight, (fan_in, fan_out). SP: nn.Linear's kaiming_uniform(a=sqrt(5)).
-
-        Drawn in nn.Linear's (fan_out, fan_in) order and transposed, so that with the
-        same generator state it equals torch's own initialisation number for number.
-        """
-        bound = 1.0 / math.sqrt(atom.fan_in)
-        w = torch.empty(atom.fan_out, atom.fan_in).uniform_(-bound, bound, generator=gen)
-        return w.t()
+        """One run's weight, (fan_in, fan_out). SP: PyTorch's own init of the layer
+        (`Atom.torch_init`): nn.Linear's kaiming_uniform(a=sqrt(5)), nn.Embedding's N(0, 1)."""
+        return atom.torch_init(gen)
 
     def init_bias(self, atom: Atom, gen: torch.Generator) -> Tensor:
         """One run's bias, (fan_out,). SP: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as nn.Linear."""

@@ -10,6 +10,13 @@ One global learning rate, no per-tensor multipliers.
 `scale: output` (the default) is seed 001's form: the module's whole output, bias
 included, is multiplied by c. `scale: weight` is ProGAN's own code: the weight
 only, the bias unscaled. Biases start at zero in both.
+
+A lookup table (`Embedding`, the transformer's token and position embeddings) is
+stored N(0, 1) like every weight and multiplied by c with seed 001's fan_in taken
+literally: prod(weight.shape[1:]) of torch's nn.Embedding weight (num, dim) is dim,
+the width, so c = gain * sqrt(1 / width). That is what torch.nn.init.kaiming_normal_
+gives an nn.Embedding, so at init the network is still exactly its He-normal twin.
+(The one-hot matrix view would give fan_in = num, the vocabulary: not seed 001's rule.)
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ class Equalized(Parameterization):
         self.scale_bias = cfg.param.scale.value == "output"
 
     def he_constant(self, atom: Atom) -> float:
-        return self.gain * math.sqrt(1.0 / atom.fan_in)
+        """gain * sqrt(1 / fan_in), fan_in = prod(weight.shape[1:]) in torch's layout of the
+        layer's weight, as seed 001 computes it (`Atom.torch_fan_in`)."""
+        return self.gain * math.sqrt(1.0 / atom.torch_fan_in)
 
     def multipliers(self, atom: Atom) -> tuple[float, float]:
         c = self.he_constant(atom)

@@ -33,6 +33,14 @@ constant b (sensitivity 0, norm RMS(b) = ||b||_2 / sqrt(fan_out), the output nor
 By the tuple rule the atom's target is split between them in proportion to their
 masses, 1 : `bias_mass`; the atom stays one-Lipschitz. Biases start at zero.
 
+Embeddings (Modula's Embedding atom): forward sqrt(dim) * row, rows unit l2 at init,
+norm the largest row's l2 (`RowL2`); each row of the update is rescaled to l2 = target
+(`normalize`) or replaced by its direction times the target (`dualize`). Attention
+(model=transformer) follows Modula's GPT: logits q.k / d_head (`attention_scale`) on
+(q, k, v) / 3 (`attention_qkv_mult`), and the model's blocks are tared to
+`param.blocks_mass`, whose default is the model's own (5 for the transformer, as
+Modula's GPT; 1 otherwise; conf/param/modular.yaml).
+
 A new kind of atom plugs in with one `AtomRule` in `RULES` (its norm, forward
 multiplier and initialisation), keyed by the atom's `kind`.
 """
@@ -155,6 +163,29 @@ class PerTap(Norm):
         return d.mul_(scale.view(scale.shape[0], 1, 1, *scale.shape[1:]))
 
 
+class RowL2(Norm):
+    """A lookup table (K, num, dim): the largest l2 norm of a row, the operator norm from
+    one-hot inputs to RMS outputs once the forward multiplies by sqrt(dim) (Modula's
+    Embedding). Updates act row by row: each row is rescaled to l2 = target (`normalize`),
+    or replaced by its direction (`dual`); a row with a zero direction (a token no batch
+    has shown yet, under momentum-free SGD) stays zero."""
+
+    @staticmethod
+    def rows(d: Tensor) -> Tensor:
+        """(K, num): each row's l2 norm."""
+        return torch.linalg.vector_norm(d, dim=-1)
+
+    def value(self, d: Tensor) -> Tensor:
+        return self.rows(d).amax(-1)
+
+    def dual(self, d: Tensor, steps: int) -> Tensor:
+        return d / self.rows(d).clamp_min(TINY).unsqueeze(-1)
+
+    def normalize_(self, d: Tensor, target: Tensor, state: dict, exact: bool) -> Tensor:
+        scale = target.view(-1, 1) / self.rows(d).clamp_min(TINY)  # (K, num)
+        return d.mul_(scale.unsqueeze(-1))
+
+
 # Newton-Schulz: `steps` quintic steps that push every singular value of X (scaled to
 # Frobenius norm 1) quickly into ~[0.7, 1.2], then cubic steps x -> 1.5x - 0.5x^3,
 # which converge quadratically to 1: the result is orthogonal to ~1e-3, not Muon's
@@ -215,6 +246,13 @@ def _conv_init(atom: Atom, gen: torch.Generator, kind: str) -> Tensor:
     return w.reshape(atom.c_out, -1).t()
 
 
+def _embedding_init(atom: Atom, gen: torch.Generator, kind: str) -> Tensor:
+    """Modula's Embedding: N(0, 1) rows scaled to unit l2 (for either init kind: a row is
+    a vector, its only norm is l2)."""
+    w = torch.randn(atom.fan_in, atom.fan_out, generator=gen)
+    return w / torch.linalg.vector_norm(w, dim=-1, keepdim=True)
+
+
 RULES: dict[str, AtomRule] = {
     "linear": AtomRule(
         norm=lambda p: Spectral(p.power_iters),
@@ -229,6 +267,9 @@ RULES: dict[str, AtomRule] = {
         init=_conv_init,
     ),
     "gain": AtomRule(norm=lambda p: MaxAbs(), multiplier=lambda atom: 1.0, init=None),
+    # Modula's Embedding: sqrt(dim) * row, rows unit l2 at init; each row's update has l2 = target.
+    "embedding": AtomRule(norm=lambda p: RowL2(), multiplier=lambda atom: math.sqrt(atom.fan_out),
+                          init=_embedding_init),
 }
 
 
@@ -277,6 +318,16 @@ class Modular(Parameterization):
         stack = super().residual_stack(blocks)
         tare(stack, self.blocks_mass)
         return stack
+
+    def attention_scale(self, d_head: int) -> float:
+        """Modula's FunctionalAttention: logits q.k / d_head."""
+        return 1.0 / d_head
+
+    def attention_qkv_mult(self) -> float:
+        """Modula's GPT computes attention on (q, k, v) / 3: the tuple of three sensitivity-1
+        projections has sensitivity 3, so the factor 1/3 makes attention one-Lipschitz (and,
+        by the scalar rule, hands Q, K and V three times the output projection's target)."""
+        return 1.0 / 3.0
 
     def multipliers(self, atom: Atom) -> tuple[float, float]:
         return self.rule(atom).multiplier(atom), 1.0

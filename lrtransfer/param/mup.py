@@ -19,6 +19,10 @@ not divided, and rescales weight and bias by sqrt(m) at set-up; vectors with one
 infinite dimension get SGD LR x m, matrices with two get x fan_out_mult/fan_in_mult,
 tensors with none are left alone.)
 
+Embedding tables (token and position, `layers.Embedding`) are input weights, as the
+`mup` package treats nn.Embedding: SP's N(0, 1) init, no multiplier, Adam LR x1, SGD
+LR x m (the `(input, weight)` entries of LR_POWERS).
+
 The readout is zero-initialised by default (`readout_zero_init`). Attention,
 for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
 (`attention_scale`, equal to SP's at the base width) and zero-initialised queries
@@ -92,5 +96,6 @@ class MuP(Parameterization):
 
     def attention_scale(self, d_head: int) -> float:
         """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling
-        that equals SP's 1/sqrt(d_head) at the base width."""
-        return math.sqrt(d_head / self.m) / d_head
+        that equals SP's 1/sqrt(d_head) at the base width (written as SP's scale / sqrt(m),
+        = sqrt(d_base) / d_head, so that at m = 1 it is SP's number exactly)."""
+        return super().attention_scale(d_head) / math.sqrt(self.m)
