@@ -17,7 +17,7 @@ NO_CUDA = not torch.cuda.is_available()
 
 # (case, sweep arguments, the fragment the one-line error must contain)
 CATALOGUE = [
-    ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, mlp, resnet, resnet_cnn"),
+    ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, mlp, resnet, resnet_cnn, transformer"),
     ("misspelt group option", ["optim=adamw"], "unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, sgd"),
     ("unknown key", ["widht=64"], "unknown key 'widht' (did you mean 'width'?)"),
     ("unknown nested key", ["train.stpes=3"], "unknown key 'train.stpes' in 'train' (did you mean 'steps'?)"),
