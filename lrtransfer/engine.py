@@ -204,7 +204,7 @@ class Footprint:
         """What every step streams through: for the optimizer, weight, gradient, two moments
         and direction; for the forward and backward, every layer's output at the batch size.
         In an MLP the weights dominate; in a conv net the activations (at width 32 on
-        CIFAR, 13 MB a run: batching such runs lost 2.5x to one at a time, measured)."""
+        CIFAR, 27 MB a run at batch 64: batching such runs lost 2.5x to one at a time, measured)."""
         return (5 * self.weights + self.outputs * self.batch) * self.element
 
     @property
