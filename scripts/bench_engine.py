@@ -12,6 +12,7 @@ GFLOP/s counts 6 x parameters x batch per run-step (forward + backward).
 
     python scripts/bench_engine.py                      # widths 64..2048, depth 3
     python scripts/bench_engine.py --widths 64,256 --steps 50 --skip-processes
+    python scripts/bench_engine.py --profile 512      # where a steady-state step's time goes
 
 Timings on a shared or throttled machine vary by +-20%: run it on a quiet machine.
 """
@@ -86,6 +87,30 @@ def one_process_per_run(overrides: list[str], lrs: list[float], results: Path) -
     return total / 2
 
 
+def profile(width: int, depth: int, batch: int) -> None:
+    """Time a steady-state step of the ensemble the engine would train at `width` and print
+    torch's profile of it (the top operations by their own time)."""
+    from lrtransfer.data import build_task
+
+    cpu = torch.device("cpu")
+    cfg = typed(f"width={width}", f"depth={depth}", f"train.batch_size={batch}", "train.steps=1000",
+                "engine.device=cpu", "engine.progress=false")
+    task = build_task(cfg, cpu, torch.float32)
+    runs = runs_of(cfg)
+    K = engine.chunk_size(cfg, task, len(runs), cpu)
+    ens = engine.Ensemble(cfg, runs[:K], task, cpu, torch.float32)
+    for _ in range(5):
+        ens.step()
+    n = 30
+    t = timed(lambda: [ens.step() for _ in range(n)]) / n
+    flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * batch * K
+    print(f"width {width}, ensembles of {K} runs: {t * 1e3:.2f} ms per step, {flop / t / 1e9:.1f} GFLOP/s")
+    with torch.profiler.profile() as prof:
+        for _ in range(10):
+            ens.step()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--widths", default="64,128,256,512,1024,2048")
@@ -94,7 +119,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--skip-processes", action="store_true", help="skip (a), the slowest to measure")
     ap.add_argument("--results", default="/tmp/lrtransfer-bench")
+    ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
     args = ap.parse_args()
+    if args.profile:
+        profile(args.profile, args.depth, args.batch)
+        return
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps}, batch {args.batch}, depth {args.depth}")
     header = (f"{'width':>6} {'K':>3} {'(a) proc/run':>12} {'(b) seq':>9} {'(c) batched':>11} "
