@@ -17,8 +17,9 @@ shift || true
 LRT=${LRT:-lrtransfer}
 start=$(date +%s)
 
-$LRT sweep model=resnet width=128 depth=2,4,8,16 param=standard,modular seed=0,1,2 lr.log2_step=0.5 \
-  name=depth results_dir="$RESULTS" engine.threads=1 "$@"
+# study=depth: model=resnet width=128 depth=2,4,8,16, name=depth (conf/study/depth.yaml)
+$LRT sweep study=depth param=standard,modular seed=0,1,2 lr.log2_step=0.5 \
+  results_dir="$RESULTS" engine.threads=1 "$@"
 echo "== sweep: $(( $(date +%s) - start )) s"
 $LRT summary "$RESULTS/depth"
 $LRT summary "$RESULTS/depth" --json > "$RESULTS/depth/summary.json"

@@ -63,6 +63,19 @@ def test_a_study_preset_names_its_folder_unless_overridden():
     assert typed().name == "default"
 
 
+def test_the_depth_study_sweeps_resnet_depths_and_yields_to_the_command_line():
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module("lrtransfer.conf", version_base="1.3"):
+        cfg = hydra_compose("config", overrides=["study=depth"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.params.depth == "2,4,8,16"
+    c = typed("study=depth")
+    assert (c.name, c.model.name, c.width) == ("depth", "resnet", 128)
+    c = typed("study=depth", "model=mlp", "width=64")
+    assert (c.model.name, c.width) == ("mlp", 64)
+
+
 @pytest.mark.parametrize(
     "overrides, fragment",
     [
