@@ -101,6 +101,19 @@ def test_a_layer_norm_resnet_gives_its_gain_a_share_and_a_sign_update():
 
 
 # ---------------------------------------------------------------- layer norm
+@pytest.mark.parametrize("param", PARAMS)
+def test_layer_norm_starts_as_ln_s_under_every_parameterization(param):
+    """Gain 1 and bias 0 at init (seed 002's LN with beta = 0, gamma = 1), whatever the seed."""
+    _, _, model = built("model=resnet", f"param={param}", "model.layer_norm=true", "width=8", "depth=2", runs=2)
+    lns = [m for m in model.modules() if isinstance(m, LayerNorm)]
+    assert len(lns) == 2
+    for ln in lns:
+        gain = ln.layers[1]
+        assert torch.equal(gain.gain, torch.ones_like(gain.gain)) and torch.equal(gain.bias, torch.zeros_like(gain.bias))
+        z = torch.randn(2, 5, 8, dtype=torch.float64)
+        torch.testing.assert_close(ln(z), ln.layers[0](z))
+
+
 def test_layer_norm_standardises_with_the_population_std():
     z = torch.randn(3, 5, 40, dtype=torch.float64) * 7 + 3
     s = Standardize(eps=0.0)(z)

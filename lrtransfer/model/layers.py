@@ -255,7 +255,8 @@ class Gain(Atom):
         self.bias = nn.Parameter(torch.zeros(runs, 1, width))
 
     def own_init(self, name: str) -> Tensor | None:
-        return torch.ones(1, self.fan_out) if name == "gain" else None
+        # LN starts as LN-S under every parameterization: gain 1, bias 0
+        return torch.ones(1, self.fan_out) if name == "gain" else torch.zeros(1, self.fan_out)
 
     def forward(self, z: Tensor) -> Tensor:
         # z: (K, B, ..., width); gain, bias broadcast over the middle axes
