@@ -3,7 +3,7 @@
 # topics, character level): widths 32..256, 2 blocks of 4 heads, context 64, batch
 # 16, 200 steps of Adam, params standard, mup, modular, one seed; two worker
 # processes of one thread (hydra/launcher=parallel, needs `pip install "lrtransfer[joblib]"`).
-# Small enough for a 2-core CPU (16 minutes measured); the trend, not a paper's result.
+# Small enough for a 2-core CPU (15 minutes measured); the trend, not a paper's result.
 # Usage: scripts/transformer_study.sh [RESULTS_DIR] [extra overrides...]
 set -euo pipefail
 RESULTS=${1:-results}
