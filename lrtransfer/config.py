@@ -198,21 +198,11 @@ class CNNConfig:
 
 
 @dataclass
-class ResNetCNNConfig:
+class ResNetCNNConfig(CNNConfig):
     """Conv stem, `depth` residual blocks of two convs (Res of seed 002 with convolutions), pooling, readout."""
 
-    MIN_DEPTH: ClassVar[int] = 1  # residual blocks
-    READS: ClassVar[tuple[str, ...]] = (IMAGE,)
-
-    name: str = "resnet_cnn"
-    activation: Activation = Activation.relu
-    bias: bool = True
-    kernel_size: int = 3
-    pool: int = 2
+    name: str = "resnet_cnn"  # depth counts residual blocks
     residual: ResidualRule = ResidualRule.auto
-
-    def check(self) -> None:
-        _conv_checks(self)
 
 
 @dataclass

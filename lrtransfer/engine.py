@@ -209,9 +209,9 @@ class Footprint:
 
     @property
     def bytes_per_run(self) -> int:
-        """Training memory: the optimizer's tensors plus every layer output about three times
-        (the value, what backward saves, its gradient) at the batch size."""
-        return (5 * self.weights + 3 * self.outputs * self.batch) * self.element + 1
+        """Training memory: the working set plus every layer output twice more (what
+        backward saves, its gradient): three copies of the activations in all."""
+        return self.working_set_per_run + 2 * self.outputs * self.batch * self.element + 1
 
 
 def footprint(cfg, task: Task, device: torch.device) -> Footprint:

@@ -15,7 +15,7 @@ from lrtransfer.model import build_model
 from lrtransfer.model.layers import Conv, LayerNorm, Linear, Residual, Standardize
 from lrtransfer.param import build_param
 from lrtransfer.param.modular import PerTap, Spectral, targets
-from tests.conftest import typed
+from tests.conftest import TINY, typed
 from tests.datafiles import write_mnist
 
 PARAMS = ["standard", "equalized", "mup", "modular"]
@@ -264,8 +264,6 @@ def test_each_model_trains_under_each_parameterization(model, param, mnist_root)
 
 
 def test_resnet_width_and_depth_sweeps_run_from_the_cli(cli, tmp_path):
-    from tests.conftest import TINY
-
     for axis, values in (("width", "16,32"), ("depth", "1,2")):
         code, out, err = cli("sweep", "model=resnet", f"{axis}={values}", *TINY, f"results_dir={tmp_path}", f"name={axis}")
         assert code == 0, err
@@ -292,7 +290,6 @@ def test_batched_equals_one_run_at_a_time_in_float64(model, param, mnist_root):
 
 def test_a_cnn_sweeps_cifar10_files_from_the_cli(cli, tmp_path):
     """`lrtransfer sweep data=cifar10 data.root=PATH model=cnn width=32,64` on files in torchvision's layout."""
-    from tests.conftest import TINY
     from tests.datafiles import write_cifar
 
     root = tmp_path / "datasets"

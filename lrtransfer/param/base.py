@@ -58,7 +58,7 @@ class Parameterization:
     # ---- hooks the model builder calls
     def residual_scales(self, depth: int) -> tuple[float, float]:
         """(skip, branch) multipliers of a residual block: z -> skip*z + branch*block(z)."""
-        return 1.0, 1.0
+        return RESIDUAL_RULES["one"](depth)
 
     def residual_stack(self, blocks: Sequence[Module]) -> Sequential:
         """The L = len(blocks) residual blocks of a network, applied in order, each

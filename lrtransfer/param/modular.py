@@ -56,7 +56,7 @@ from torch import Tensor
 
 from lrtransfer.config import ConfigError
 from lrtransfer.model.layers import Atom, Module, Sequential, tare
-from lrtransfer.param.base import Parameterization, Slot, run_view
+from lrtransfer.param.base import RESIDUAL_RULES, Parameterization, Slot, run_view
 
 TINY = 1e-30  # a norm below this is a zero update (a frozen run); never divide by it
 
@@ -310,7 +310,7 @@ class Modular(Parameterization):
     # ---- the network's structure
     def residual_scales(self, depth: int) -> tuple[float, float]:
         """Modula's (1 - 1/L) * z + (1/L) * block(z): sensitivity 1 at any depth L."""
-        return 1.0 - 1.0 / depth, 1.0 / depth
+        return RESIDUAL_RULES["convex"](depth)
 
     def residual_stack(self, blocks: Sequence[Module]) -> Sequential:
         """The residual trunk, tared to total mass `blocks_mass`: each block's 1/L mass share
