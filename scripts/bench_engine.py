@@ -13,6 +13,7 @@ GFLOP/s counts 6 x parameters x batch per run-step (forward + backward).
     python scripts/bench_engine.py                      # widths 64..2048, depth 3
     python scripts/bench_engine.py --widths 64,256 --steps 50 --skip-processes
     python scripts/bench_engine.py --profile 512      # where a steady-state step's time goes
+    python scripts/bench_engine.py --compile 64       # the step with the model under torch.compile
 
 Timings on a shared or throttled machine vary by +-20%: run it on a quiet machine.
 """
@@ -87,9 +88,8 @@ def one_process_per_run(overrides: list[str], lrs: list[float], results: Path) -
     return total / 2
 
 
-def profile(width: int, depth: int, batch: int) -> None:
-    """Time a steady-state step of the ensemble the engine would train at `width` and print
-    torch's profile of it (the top operations by their own time)."""
+def steady_ensemble(width: int, depth: int, batch: int):
+    """The first ensemble the engine would train for the default grid at `width`, warmed up."""
     from lrtransfer.data import build_task
 
     cpu = torch.device("cpu")
@@ -98,17 +98,35 @@ def profile(width: int, depth: int, batch: int) -> None:
     task = build_task(cfg, cpu, torch.float32)
     runs = runs_of(cfg)
     K = engine.chunk_size(cfg, task, len(runs), cpu)
-    ens = engine.Ensemble(cfg, runs[:K], task, cpu, torch.float32)
+    return cfg, engine.Ensemble(cfg, runs[:K], task, cpu, torch.float32), K
+
+
+def ms_per_step(ens, n: int = 30) -> float:
     for _ in range(5):
         ens.step()
-    n = 30
-    t = timed(lambda: [ens.step() for _ in range(n)]) / n
+    return timed(lambda: [ens.step() for _ in range(n)]) / n * 1e3
+
+
+def profile(width: int, depth: int, batch: int) -> None:
+    """Time a steady-state step and print torch's profile of it (top operations by own time)."""
+    cfg, ens, K = steady_ensemble(width, depth, batch)
+    t = ms_per_step(ens)
     flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * batch * K
-    print(f"width {width}, ensembles of {K} runs: {t * 1e3:.2f} ms per step, {flop / t / 1e9:.1f} GFLOP/s")
+    print(f"width {width}, ensembles of {K} runs: {t:.2f} ms per step, {flop / t / 1e6:.1f} GFLOP/s")
     with torch.profiler.profile() as prof:
         for _ in range(10):
             ens.step()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
+def compiled(width: int, depth: int, batch: int) -> None:
+    """A steady-state step eager, then with the model under torch.compile (and its compile time)."""
+    _, ens, K = steady_ensemble(width, depth, batch)
+    print(f"width {width}, ensembles of {K} runs: eager {ms_per_step(ens, 200):.2f} ms per step")
+    _, ens, _ = steady_ensemble(width, depth, batch)
+    ens.model = torch.compile(ens.model)
+    print(f"compilation (first step): {timed(ens.step):.1f} s")
+    print(f"compiled model: {ms_per_step(ens, 200):.2f} ms per step")
 
 
 def main() -> None:
@@ -120,9 +138,13 @@ def main() -> None:
     ap.add_argument("--skip-processes", action="store_true", help="skip (a), the slowest to measure")
     ap.add_argument("--results", default="/tmp/lrtransfer-bench")
     ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
+    ap.add_argument("--compile", type=int, metavar="WIDTH", help="time a step eager and under torch.compile instead")
     args = ap.parse_args()
     if args.profile:
         profile(args.profile, args.depth, args.batch)
+        return
+    if args.compile:
+        compiled(args.compile, args.depth, args.batch)
         return
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps}, batch {args.batch}, depth {args.depth}")
