@@ -205,7 +205,7 @@ def coord_check(
     cfgs = coordcheck.compose(list(overrides or []))
     data = coordcheck.measure(cfgs, steps=steps, log2_lr=log2_lr, seeds=seeds)
     paths = coordcheck.save(data, out or coordcheck.output_dir(cfgs[0]))
-    typer.echo(f"coordinate check: {data.describe}, widths {','.join(map(str, data.widths))}, "
+    typer.echo(f"coordinate check: {data.title}, widths {','.join(map(str, data.widths))}, "
                f"log2 LR {data.log2_lr:g}, {data.seeds} seeds")
     typer.echo("log-log slope of mean |activation| against width (0: width-stable; +1: grows like the width)")
     typer.echo(coordcheck.slope_table(data))

@@ -1,12 +1,13 @@
-"""The typed schema behind `conf/`, and the checks Hydra's types cannot express.
+"""The root config behind `conf/config.yaml`, the LR grid's precedence, and the checks Hydra's types cannot express.
 
-Every YAML file in `conf/` is backed by a dataclass below, registered in Hydra's
-ConfigStore under `schema/...`. Hydra then rejects an unknown key or a value of the
-wrong type while composing, before any job starts; `validate` adds the value checks
-(positive sizes, a non-empty LR grid, a usable device) and returns typed objects.
+The options of each group (model, param, optim, data) are typed by dataclasses in
+their own modules (see `options.py`); this module types the rest (sizes, seeds, the
+LR grid, training, the engine) and registers both in Hydra's ConfigStore, so Hydra
+rejects an unknown key or a value of the wrong type while composing, before any job
+starts. `validate` adds the value checks and returns typed objects.
 
-This module imports no torch, so the CLI and the sweeper can validate every job of a
-sweep before launching any of them.
+This module imports no torch; `register` (run when `lrtransfer.conf` is imported,
+that is when a config is composed) imports the option modules.
 """
 
 from __future__ import annotations
@@ -15,36 +16,18 @@ import copy
 import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar, Optional
+from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-from lrtransfer.errors import UserError
+from lrtransfer import options
+from lrtransfer.options import GROUPS
+from lrtransfer.schema import INPUT_KINDS, VECTOR, ConfigError, Grid, finite_fields, positive
 
-
-class ConfigError(UserError, ValueError):
-    """A configuration value is invalid; the message is one line meant for the user."""
+__all__ = ["Config", "ConfigError", "LRGrid", "validate", "semantic", "register"]
 
 
 # ---------------------------------------------------------------- choices
-class Activation(str, Enum):
-    relu = "relu"
-    gelu = "gelu"
-    tanh = "tanh"
-
-
-class ResidualRule(str, Enum):
-    """z -> skip * z + branch * block(z) over L blocks: the parameterization's own rule
-    (`auto`: SP, equalized and muP use `one` unless param.depth_exponent says
-    otherwise, modular `convex`), or one named rule for every parameterization."""
-
-    auto = "auto"
-    one = "one"  # skip 1, branch 1 (seed 002's ResNet-S)
-    sqrt_depth = "sqrt_depth"  # skip 1, branch 1/sqrt(L) (depth-muP)
-    convex = "convex"  # skip 1 - 1/L, branch 1/L (Modula)
-
-
 class Schedule(str, Enum):
     constant = "constant"
     linear = "linear"
@@ -62,52 +45,38 @@ class DType(str, Enum):
     tf32 = "tf32"
 
 
-class EqualizedScale(str, Enum):
-    """What the He constant multiplies: the module's whole `output` (seed 001) or the `weight` only (ProGAN)."""
-
-    output = "output"
-    weight = "weight"
-
-
-class ModularUpdate(str, Enum):
-    normalize = "normalize"  # rescale each atom's direction to its target norm (PyTorch Modula)
-    dualize = "dualize"  # orthogonalise it (Newton-Schulz), times the target (JAX Modula)
-
-
-class ModularInit(str, Enum):
-    orthogonal = "orthogonal"
-    gaussian = "gaussian"
-
-
-class NormEstimate(str, Enum):
-    power = "power"  # warm-started power iteration, a few matrix-vector products a step
-    exact = "exact"  # SVD: exact, slow at large widths
-
-
-class DecayScaling(str, Enum):
-    """How weight decay relates to the learning rate.
-
-    `independent` (default): w <- w - wd * schedule(t) * w, so an LR sweep does not
-    also sweep the decay. `lr`: w <- w - lr * wd * schedule(t) * w, as torch's AdamW.
-    """
-
-    independent = "independent"
-    lr = "lr"
-
-
 # ---------------------------------------------------------------- shared keys
 @dataclass
 class LRGrid:
-    """Learning rates 2**log2_min ... 2**log2_max, log2_step octaves apart."""
+    """Learning rates 2**log2_min ... 2**log2_max, log2_step octaves apart.
 
-    log2_min: float = -14.0
-    log2_max: float = -4.0
-    log2_step: float = 1.0
+    Each key's value, by precedence: the command line (`lr.log2_min=-16`), else
+    the parameterization's own grid for the optimizer's kind of update (its
+    options' `LR_GRIDS`: where its LR means something else, as the modular norm's
+    target), else the optimizer's (its options' `LR_GRID`). conf/config.yaml
+    fills each key through `lr_default`.
+    """
+
+    log2_min: float = MISSING
+    log2_max: float = MISSING
+    log2_step: float = MISSING
 
     def values(self) -> list[float]:
         """The grid's log2 learning rates, endpoints included."""
         n = int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
         return [self.log2_min + i * self.log2_step for i in range(n)]
+
+
+def default_grid(param: str, optim: str) -> Grid:
+    """The LR grid of a parameterization under an optimizer, when the command line sets none."""
+    optimizer = options.of("optim")[optim]
+    own = getattr(options.of("param")[param], "LR_GRIDS", {})
+    return own.get(optimizer.UPDATE, optimizer.LR_GRID)
+
+
+def lr_default(key: str, *, _root_: DictConfig) -> float:
+    """`${lrt_lr:KEY}`: KEY of `default_grid` for the chosen parameterization and optimizer."""
+    return float(getattr(default_grid(_root_.param.name, _root_.optim.name), key))
 
 
 @dataclass
@@ -142,233 +111,6 @@ class Engine:
     checkpoint_s: float = 300.0
 
 
-# ---------------------------------------------------------------- group options
-# What one example of a task is (see lrtransfer/data/__init__.py). A data option's
-# schema declares its kind as `INPUTS`, a model's schema the kinds it can read as
-# `READS` (both default to vectors), so a model that cannot read the data is
-# refused before anything loads.
-VECTOR, IMAGE, TOKENS = "vector", "image", "tokens"
-INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequences"}
-
-
-def location(default: Any) -> Any:
-    """A field that says where something is, not what is computed: it is no part of a job's identity."""
-    return field(default=default, metadata={"location": True})
-
-
-@dataclass
-class MLPConfig:
-    MIN_DEPTH: ClassVar[int] = 2  # an input and an output layer
-    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
-
-    name: str = "mlp"
-    activation: Activation = Activation.relu
-    bias: bool = True
-
-
-@dataclass
-class ResNetConfig:
-    """ResNet-S (seed 002): MM(Res(...Res(MM_in(x)))), Res(z) = z + sigma(MM_1(sigma(MM_2(z))))."""
-
-    MIN_DEPTH: ClassVar[int] = 1  # residual blocks
-    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
-
-    name: str = "resnet"
-    activation: Activation = Activation.relu
-    bias: bool = True
-    layer_norm: bool = False  # LN (learnable gain and bias) at the start of every block
-    residual: ResidualRule = ResidualRule.auto
-
-
-@dataclass
-class CNNConfig:
-    """Conv stem, depth - 1 more conv layers of `width` channels, global average pooling, linear readout."""
-
-    MIN_DEPTH: ClassVar[int] = 1  # conv layers, the stem included
-    READS: ClassVar[tuple[str, ...]] = (IMAGE,)
-
-    name: str = "cnn"
-    activation: Activation = Activation.relu
-    bias: bool = True
-    kernel_size: int = 3
-    pool: int = 2  # average-pool the stem's output by pool x pool (0: keep the full resolution)
-
-    def check(self) -> None:
-        _conv_checks(self)
-
-
-@dataclass
-class ResNetCNNConfig(CNNConfig):
-    """Conv stem, `depth` residual blocks of two convs (Res of seed 002 with convolutions), pooling, readout."""
-
-    name: str = "resnet_cnn"  # depth counts residual blocks
-    residual: ResidualRule = ResidualRule.auto
-
-
-@dataclass
-class TransformerConfig:
-    """A GPT-style decoder: token + position embeddings, `depth` pre-norm blocks
-    z + attn(LN(z)), z + mlp(LN(z)) (causal self-attention, `heads` heads of width / heads),
-    a final LN and a linear head predicting the next token at every position."""
-
-    MIN_DEPTH: ClassVar[int] = 1  # transformer blocks (each an attention and an MLP residual branch)
-    READS: ClassVar[tuple[str, ...]] = (TOKENS,)
-    BLOCKS_MASS: ClassVar[float] = 5.0  # param=modular's default trunk mass: Modula's GPT
-
-    name: str = "transformer"
-    heads: int = 4  # fixed number of heads: d_head = width / heads grows with the width
-    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * width
-    activation: Activation = Activation.gelu
-    bias: bool = True
-    residual: ResidualRule = ResidualRule.auto
-
-    def check(self) -> None:
-        _positive("model.heads", self.heads)
-        _positive("model.mlp_ratio", self.mlp_ratio)
-
-    def check_with(self, cfg: Config) -> None:
-        if cfg.width % self.heads != 0:
-            valid = ", ".join(str(self.heads * i) for i in (1, 2, 4, 8, 16))
-            raise ConfigError(
-                f"width={cfg.width} is not divisible by model.heads={self.heads} (d_head = width / heads); "
-                f"valid widths: multiples of {self.heads} ({valid}, ...), or a model.heads dividing {cfg.width}"
-            )
-
-
-def _conv_checks(model) -> None:
-    k = model.kernel_size
-    if not (k > 0 and k % 2 == 1):
-        raise ConfigError(f"model.kernel_size must be a positive odd number (same-size padding), got {k}")
-    if model.pool < 0:
-        raise ConfigError(f"model.pool must be >= 0 (0: no pooling), got {model.pool}")
-
-
-@dataclass
-class StandardParam:
-    name: str = "standard"
-
-
-@dataclass
-class EqualizedParam:
-    name: str = "equalized"
-    gain: float = math.sqrt(2.0)  # c = gain * sqrt(1 / fan_in)
-    scale: EqualizedScale = EqualizedScale.output
-
-    def check(self) -> None:
-        _positive("param.gain", self.gain)
-
-
-@dataclass
-class MupParam:
-    name: str = "mup"
-    base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
-    readout_zero_init: bool = True
-    output_mult: float = 1.0
-    zero_query: bool = True  # attention queries start at zero (for transformers)
-    depth_exponent: float = 0.0  # residual branches x L^-depth_exponent (0.5: depth-muP); 0: width only
-
-    def check(self) -> None:
-        _positive("param.base_width", self.base_width)
-        _positive("param.output_mult", self.output_mult)
-        if not self.depth_exponent >= 0:
-            raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
-
-
-@dataclass
-class ModularParam:
-    name: str = "modular"
-    update: ModularUpdate = ModularUpdate.normalize
-    init: ModularInit = ModularInit.orthogonal
-    norm_estimate: NormEstimate = NormEstimate.power
-    power_iters: int = 1  # power iterations per step (warm-started)
-    ns_steps: int = 8  # Newton-Schulz quintic steps of `dualize` (then 4 polishing steps)
-    bias_mass: float = 0.1  # a Linear's bias : weight mass ratio (its share of the atom's target)
-    # total mass of a residual trunk (`Parameterization.residual_stack`); conf/param/modular.yaml
-    # defaults it to the model's own (`model_default`: transformer 5, as Modula's GPT; others 1)
-    blocks_mass: float = 1.0
-
-    def check(self) -> None:
-        for key in ("power_iters", "ns_steps", "blocks_mass"):
-            _positive(f"param.{key}", getattr(self, key))
-        if not self.bias_mass >= 0:
-            raise ConfigError(f"param.bias_mass must be >= 0, got {self.bias_mass!r}")
-
-
-@dataclass
-class AdamConfig:
-    name: str = "adam"
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    decay_scaling: DecayScaling = DecayScaling.independent
-
-
-@dataclass
-class SGDConfig:
-    name: str = "sgd"
-    momentum: float = 0.9
-    nesterov: bool = False
-    weight_decay: float = 0.0
-    decay_scaling: DecayScaling = DecayScaling.independent
-
-
-@dataclass
-class TeacherConfig:
-    """Inputs x ~ N(0, I); labels drawn from softmax(teacher(x) / temperature)."""
-
-    INPUTS: ClassVar[str] = VECTOR
-
-    name: str = "teacher"
-    input_dim: int = 32
-    classes: int = 10
-    teacher_width: int = 128
-    teacher_depth: int = 2
-    temperature: float = 0.5
-    seed: int = 1234
-    eval_size: int = 4096
-
-
-@dataclass
-class ImageDataConfig:
-    """A labelled image dataset on disk in torchvision's layout (lrtransfer/data/images.py)."""
-
-    INPUTS: ClassVar[str] = IMAGE
-
-    name: str = MISSING
-    root: str = location("data")  # the folder torchvision would be given as `root`
-    download: bool = location(False)  # fetch missing files with torchvision; never otherwise
-    train_size: Optional[int] = None  # None: the whole training split; N: a fixed random subset
-    eval_size: Optional[int] = None  # None: the whole test split; N: a fixed random subset
-    seed: int = 0  # which subsets
-    augment: bool = False  # random crop after zero padding, and horizontal flips
-    augment_pad: int = 4
-    augment_flip: bool = True
-
-    def check(self) -> None:
-        for key in ("train_size", "eval_size"):
-            if getattr(self, key) is not None:
-                _positive(f"data.{key}", getattr(self, key))
-        if self.augment_pad < 0:
-            raise ConfigError(f"data.augment_pad must be >= 0, got {self.augment_pad}")
-
-
-@dataclass
-class TextConfig:
-    """Character-level next-token prediction on a text file (lrtransfer/data/text.py)."""
-
-    INPUTS: ClassVar[str] = TOKENS
-
-    name: str = "text"
-    path: Optional[str] = None  # a UTF-8 text file; None: the embedded default (CPython's pydoc topics)
-    seq_len: int = 128  # predictions per sequence (context length)
-    eval_size: int = 256  # held-out sequences, from the end of the text
-
-    def check(self) -> None:
-        _positive("data.seq_len", self.seq_len)
-        _positive("data.eval_size", self.eval_size)
-
-
 # ---------------------------------------------------------------- the whole
 @dataclass
 class Config:
@@ -387,53 +129,20 @@ class Config:
     engine: Engine = field(default_factory=Engine)
 
 
-# Group option -> its schema. A new option adds one line here and one YAML file.
-SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"mlp": MLPConfig, "resnet": ResNetConfig, "cnn": CNNConfig, "resnet_cnn": ResNetCNNConfig,
-              "transformer": TransformerConfig},
-    "param": {"standard": StandardParam, "equalized": EqualizedParam, "mup": MupParam, "modular": ModularParam},
-    "optim": {"adam": AdamConfig, "sgd": SGDConfig},
-    "data": {
-        "teacher": TeacherConfig,
-        "cifar10": ImageDataConfig,
-        "cifar100": ImageDataConfig,
-        "mnist": ImageDataConfig,
-        "fashion_mnist": ImageDataConfig,
-        "text": TextConfig,
-    },
-}
-GROUPS = tuple(SCHEMAS)
-
-
 def register() -> None:
-    """Make the schemas visible to Hydra; idempotent."""
+    """Make the root schema and every option's dataclass (`schema/<group>/<name>`) visible to Hydra; idempotent."""
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="lrtransfer_schema", node=Config)
-    for group, options in SCHEMAS.items():
-        for option, node in options.items():
-            cs.store(group=f"schema/{group}", name=option, node=node)
-
-
-def model_default(key: str, *, _root_: DictConfig) -> Any:
-    """`${lrt_model_default:KEY}`: the value the chosen model's schema declares as its own
-    default for a key of another group (a ClassVar KEY.upper(); 1.0 when it declares none).
-    conf/param/modular.yaml sets `blocks_mass: ${lrt_model_default:blocks_mass}`: Modula's
-    GPT tares its blocks to 5, its ResMLP to 1, and an override still wins."""
-    schema = SCHEMAS["model"].get(_root_.model.name)
-    return float(getattr(schema, key.upper(), 1.0))
-
-
-register()
-if not OmegaConf.has_resolver("lrt_model_default"):
-    OmegaConf.register_new_resolver("lrt_model_default", model_default, use_cache=False)
+    for group in GROUPS:
+        for name, node in options.of(group).items():
+            cs.store(group=f"schema/{group}", name=name, node=node)
+    if not OmegaConf.has_resolver("lrt_lr"):
+        OmegaConf.register_new_resolver("lrt_lr", lr_default, use_cache=False)
 
 
 # ---------------------------------------------------------------- value checks
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"{name} must be positive, got {value!r}")
-
-
 def validate(cfg: DictConfig | Config) -> Config:
     """Return `cfg` as typed objects, or raise ConfigError naming the bad value."""
     if isinstance(cfg, DictConfig):
@@ -445,14 +154,14 @@ def validate(cfg: DictConfig | Config) -> Config:
     if not isinstance(cfg, Config):
         raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
     for key in ("width", "depth", "n_seeds"):
-        _positive(key, getattr(cfg, key))
+        positive(key, getattr(cfg, key))
     min_depth = getattr(cfg.model, "MIN_DEPTH", 1)
     if cfg.depth < min_depth:
         raise ConfigError(f"depth={cfg.depth}: model={cfg.model.name} needs depth >= {min_depth}")
-    _positive("train.steps", cfg.train.steps)
-    _positive("train.batch_size", cfg.train.batch_size)
-    _positive("train.history_points", cfg.train.history_points)
-    _positive("train.diverge_factor", cfg.train.diverge_factor)
+    positive("train.steps", cfg.train.steps)
+    positive("train.batch_size", cfg.train.batch_size)
+    positive("train.history_points", cfg.train.history_points)
+    positive("train.diverge_factor", cfg.train.diverge_factor)
     if not 0 < cfg.train.final_window <= 1:
         raise ConfigError(f"train.final_window must be in (0, 1], got {cfg.train.final_window!r}")
     if not 0 <= cfg.train.warmup_steps < cfg.train.steps:
@@ -462,14 +171,14 @@ def validate(cfg: DictConfig | Config) -> Config:
     lr = cfg.lr
     if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
         raise ConfigError(f"lr grid values must be finite, got {lr}")
-    _positive("lr.log2_step", lr.log2_step)
+    positive("lr.log2_step", lr.log2_step)
     if lr.log2_min > lr.log2_max:
         raise ConfigError(
             f"empty LR grid: lr.log2_min={lr.log2_min} is above lr.log2_max={lr.log2_max}"
         )
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
-    _positive("engine.max_memory_gb", cfg.engine.max_memory_gb)
+    positive("engine.max_memory_gb", cfg.engine.max_memory_gb)
     if cfg.engine.checkpoint_s < 0:
         raise ConfigError(f"engine.checkpoint_s must be >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
     if cfg.engine.threads < 0:
@@ -481,9 +190,7 @@ def validate(cfg: DictConfig | Config) -> Config:
         raise ConfigError(f"name={cfg.name!r} must be a non-empty folder name without '/'")
     for group in GROUPS:
         node = getattr(cfg, group)
-        for key, value in vars(node).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
-                raise ConfigError(f"{group}.{key} must be finite, got {value!r}")
+        finite_fields(group, node)
         if hasattr(node, "check"):
             node.check()
         if hasattr(node, "check_with"):  # checks that need the rest of the config (model.heads vs width)
@@ -500,7 +207,7 @@ def _check_model_reads_data(cfg: Config) -> None:
     kind = getattr(cfg.data, "INPUTS", VECTOR)
     if kind in _reads(cfg.model):
         return
-    able = [name for name, schema in SCHEMAS["model"].items() if kind in _reads(schema)]
+    able = [name for name, schema in options.of("model").items() if kind in _reads(schema)]
     raise ConfigError(
         f"model={cfg.model.name} cannot read data={cfg.data.name}, which gives {INPUT_KINDS[kind]}; "
         f"models that can: {', '.join(able) if able else 'none yet'}"
@@ -520,7 +227,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", "engine")}
     for group in GROUPS:
         node = out.get(group)
-        schema = SCHEMAS[group].get(node.get("name")) if isinstance(node, dict) else None
+        schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None
         if schema is not None:
             hidden = {f.name for f in fields(schema) if f.metadata.get("location")}
             out[group] = {k: v for k, v in node.items() if k not in hidden}

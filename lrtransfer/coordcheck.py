@@ -39,7 +39,7 @@ class CoordData:
     steps: int
     log2_lr: float
     seeds: int
-    describe: str
+    title: str
     layers: list[str]
     values: dict[str, list[list[float]]] = field(default_factory=dict)
 
@@ -109,8 +109,8 @@ def measure(cfgs, *, steps: int = 3, log2_lr: float | None = None, seeds: int = 
     log2_lr defaults to the middle of the config's LR grid, which each optimizer
     and parameterization centres on its typical learning rates.
     """
-    from lrtransfer.data import build_task
-    from lrtransfer.engine import DTYPES, Ensemble, Run, select_device
+    from lrtransfer import build
+    from lrtransfer.engine import Ensemble, Run
 
     if steps < 1 or seeds < 1:
         raise UserError(f"coord-check needs steps >= 1 and seeds >= 1, got steps={steps}, seeds={seeds}")
@@ -121,17 +121,16 @@ def measure(cfgs, *, steps: int = 3, log2_lr: float | None = None, seeds: int = 
         raise UserError(f"--log2-lr must be finite, got {log2_lr}")
     data = CoordData(
         widths=[c.width for c in cfgs], steps=steps, log2_lr=log2_lr, seeds=seeds,
-        describe=f"{first.model.name} {first.param.name} {first.optim.name} depth={first.depth}", layers=[],
+        title=f"{first.model.name} {first.param.name} {first.optim.name} depth={first.depth}", layers=[],
     )
     for i, cfg in enumerate(cfgs):
         # The engine's own ensemble, one run per seed, at a constant LR. Step t's forward
         # pass sees the network after t updates; the last step's update is never looked at.
         train = dataclasses.replace(cfg.train, steps=steps + 1, schedule=Schedule.constant, warmup_steps=0)
         cfg = dataclasses.replace(cfg, train=train)
-        device, dtype = select_device(cfg.engine.device), DTYPES[cfg.train.dtype.value]
-        task = build_task(cfg, device, dtype)
-        runs = [Run(lr=2.0**log2_lr, seed=s) for s in range(cfg.seed, cfg.seed + seeds)]
-        ens = Ensemble(cfg, runs, task, device, dtype)
+        device = device if i else build.select_device(cfg.engine.device)
+        runs = [Run(log2_lr=log2_lr, seed=s) for s in range(cfg.seed, cfg.seed + seeds)]
+        ens = Ensemble(build.job(cfg, device), runs)
         recorded: dict[str, torch.Tensor] = {}
         modules = [(f"{j} {a.role}", a) for j, a in enumerate(ens.model.atoms())] + [("output", ens.model)]
         hooks = [m.register_forward_hook(_recorder(recorded, name)) for name, m in modules]
@@ -204,7 +203,7 @@ def figure(data: CoordData, stem: Path) -> list[Path]:
             ax.set_xlabel("width")
         axes[0][-1].legend(title="layer (slope)", loc="best")
         axes[0][0].set_ylabel("mean |activation|")
-        fig.suptitle(f"coordinate check: {data.describe}, log2 LR {data.log2_lr:g}, {data.seeds} seeds")
+        fig.suptitle(f"coordinate check: {data.title}, log2 LR {data.log2_lr:g}, {data.seeds} seeds")
         fig.tight_layout()
         paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
         for p in paths:

@@ -11,8 +11,11 @@ zero and its weights and optimizer state are reset to finite values, so nothing
 of it can reach the other runs. Losses stay on the device; the host reads them
 every `check_every` steps, the only synchronisation in the step loop.
 
-The engine knows nothing of Hydra, records or plots: it takes a validated config
-and a list of runs, and returns one `RunResult` per run.
+The engine knows nothing of Hydra, configs, records or plots: it takes what
+`build.job` made (the task, factories for the parameterization, model and
+optimizer, the training settings) and a list of runs, each a log2 learning rate
+and a seed, and returns one `RunResult` per run. It is the one place where a log2
+learning rate becomes a rate.
 """
 
 from __future__ import annotations
@@ -22,22 +25,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from lrtransfer import stop
-from lrtransfer.data import Task, build_task
-from lrtransfer.errors import UserError
-from lrtransfer.model import build_model
-from lrtransfer.optim import build_optimizer
-from lrtransfer.optim.schedule import lr_factor
-from lrtransfer.param import build_param
 from lrtransfer.param.base import run_view
+from lrtransfer.schedule import lr_factor
 
-# train.dtype -> the dtype of weights, optimizer state and losses
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bf16_autocast": torch.float32, "tf32": torch.float32}
+if TYPE_CHECKING:
+    from lrtransfer.build import Built
+    from lrtransfer.data import Task
 
 
 @contextmanager
@@ -59,13 +58,14 @@ def precision(kind: str, device: torch.device) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Run:
-    lr: float
+    log2_lr: float
     seed: int
 
 
 @dataclass
 class RunResult:
-    lr: float
+    log2_lr: float
+    lr: float  # 2**log2_lr
     seed: int
     initial_loss: float | None
     final_loss: float | None  # mean training loss over the final window; None if diverged
@@ -75,25 +75,6 @@ class RunResult:
     eval_acc: float | None = None
     history_step: list[int] = field(default_factory=list)
     history_loss: list[float | None] = field(default_factory=list)
-
-
-class DeviceError(UserError, RuntimeError):
-    """The requested device is not available on this machine."""
-
-
-def select_device(spec: str) -> torch.device:
-    """`auto` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(spec)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError(f"engine.device={spec} but CUDA is not available here; use engine.device=cpu or auto")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise DeviceError(
-                f"engine.device={spec} but only {torch.cuda.device_count()} CUDA device(s) are visible"
-            )
-    return device
 
 
 def data_seed(seed: int) -> int:
@@ -116,7 +97,7 @@ class Checkpointer(Protocol):
 
 
 def train(
-    cfg,
+    built: Built,
     runs: Sequence[Run],
     *,
     progress: Callable[[int], None] | None = None,
@@ -128,15 +109,12 @@ def train(
     call. With a checkpointer, training state is saved when it says so (and when a
     stop is requested), and a saved state for the same runs is resumed from.
     """
-    device = select_device(cfg.engine.device)
-    dtype = DTYPES[cfg.train.dtype.value]
-    task = build_task(cfg, device, dtype)
     runs = list(runs)
     # Batched: the runs in ensembles as large as the memory budget allows (one, for
     # small models). Otherwise the reference path: one run at a time, same code.
-    size = chunk_size(cfg, task, len(runs), device)
+    size = chunk_size(built, len(runs))
     chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
-    key = [[(r.lr, r.seed) for r in chunk] for chunk in chunks]
+    key = [[(r.log2_lr, r.seed) for r in chunk] for chunk in chunks]
 
     saved = checkpoint.load() if checkpoint else None
     if saved is not None and saved.get("chunks") != key:
@@ -144,10 +122,10 @@ def train(
     done = [RunResult(**r) for r in saved["done"]] if saved else []
     start = saved["chunk"] if saved else 0
     if progress and done:
-        progress(len(done) * cfg.train.steps)
+        progress(len(done) * built.train.steps)
 
     for index in range(start, len(chunks)):
-        ens = Ensemble(cfg, chunks[index], task, device, dtype)
+        ens = Ensemble(built, chunks[index])
         if saved is not None and index == start:
             ens.load_state_dict(saved["ensemble"])
             if progress:
@@ -169,23 +147,23 @@ def train(
     return done
 
 
-def chunk_size(cfg, task: Task, K: int, device: torch.device) -> int:
+def chunk_size(built: Built, K: int) -> int:
     """Runs per ensemble: engine.chunk if set; else as many as the memory budget allows
     and, on a CPU, as keep the ensemble's optimizer working set within the last-level
     cache, in chunks of equal size.
 
-    Measured here (1 thread, Adam): at width 1024, 11 runs in one ensemble gave 55
-    run-steps/s and one at a time 85; at width 2048, 12 against 25. Past the cache,
-    every elementwise pass (optimizer, activations) runs at memory speed; on a GPU
-    only the memory budget applies.
+    Past the cache, every elementwise pass (optimizer, activations) runs at memory
+    speed, and one run at a time is faster than an ensemble (README: Performance);
+    on a GPU only the memory budget applies.
     """
-    if not cfg.engine.batched:
+    engine = built.engine
+    if not engine.batched:
         return 1
-    if cfg.engine.chunk > 0:
-        return min(K, cfg.engine.chunk)
-    fp = footprint(cfg, task, device)
-    limit = int(cfg.engine.max_memory_gb * 2**30 // fp.bytes_per_run)
-    if device.type == "cpu":
+    if engine.chunk > 0:
+        return min(K, engine.chunk)
+    fp = footprint(built)
+    limit = int(engine.max_memory_gb * 2**30 // fp.bytes_per_run)
+    if built.device.type == "cpu":
         limit = min(limit, last_level_cache() // fp.working_set_per_run)
     limit = max(1, min(K, limit))
     chunks = math.ceil(K / limit)
@@ -203,8 +181,7 @@ class Footprint:
     def working_set_per_run(self) -> int:
         """What every step streams through: for the optimizer, weight, gradient, two moments
         and direction; for the forward and backward, every layer's output at the batch size.
-        In an MLP the weights dominate; in a conv net the activations (at width 32 on
-        CIFAR, 27 MB a run at batch 64: batching such runs lost 2.5x to one at a time, measured)."""
+        In an MLP the weights dominate; in a conv net the activations."""
         return (5 * self.weights + self.outputs * self.batch) * self.element
 
     @property
@@ -214,13 +191,12 @@ class Footprint:
         return self.working_set_per_run + 2 * self.outputs * self.batch * self.element + 1
 
 
-def footprint(cfg, task: Task, device: torch.device) -> Footprint:
+def footprint(built: Built) -> Footprint:
     """One run's sizes, measured by a forward pass on the meta device (nothing allocated)."""
-    param = build_param(cfg)
-    x, _ = task.sample(torch.Generator(device=device).manual_seed(0), 1)  # one example, for its shape and dtype
-    dtype = DTYPES[cfg.train.dtype.value]
+    x, _ = built.task.sample(torch.Generator(device=built.device).manual_seed(0), 1)  # one example: its shape, dtype
+    dtype = built.dtype
     with torch.device("meta"):
-        model = build_model(cfg, param, runs=1, input_shape=task.input_shape, output_dim=task.output_dim)
+        model = built.new_model(built.new_param(), 1)
     model.to(dtype=dtype)
     outputs = []
     leaves = [m for m in model.modules() if not any(True for _ in m.children())]
@@ -230,7 +206,7 @@ def footprint(cfg, task: Task, device: torch.device) -> Footprint:
     for h in hooks:
         h.remove()
     weights = sum(p.numel() for p in model.parameters())
-    return Footprint(weights, sum(outputs), torch.finfo(dtype).bits // 8, cfg.train.batch_size)
+    return Footprint(weights, sum(outputs), torch.finfo(dtype).bits // 8, built.train.batch_size)
 
 
 def last_level_cache() -> int:
@@ -249,23 +225,24 @@ def last_level_cache() -> int:
 class Ensemble:
     """K runs of one configuration trained in lockstep, one step at a time."""
 
-    def __init__(self, cfg, runs: list[Run], task: Task, device, dtype) -> None:
-        self.cfg, self.runs, self.task = cfg, runs, task
-        self.K, self.steps, self.device = len(runs), cfg.train.steps, device
-        self.param = build_param(cfg)
-        self.model = build_model(cfg, self.param, runs=self.K, input_shape=task.input_shape, output_dim=task.output_dim)
+    def __init__(self, built: Built, runs: list[Run]) -> None:
+        self.built, self.train, self.runs, self.task = built, built.train, runs, built.task
+        device, dtype = built.device, built.dtype
+        self.K, self.steps, self.device = len(runs), self.train.steps, device
+        self.param = built.new_param()
+        self.model = built.new_model(self.param, self.K)
         self.param.initialize(self.model, [r.seed for r in runs])
         self.model.to(device=device, dtype=dtype)
         self.slots = self.param.slots(self.model)
         self.tensors = [s.tensor for s in self.slots]
-        self.opt = build_optimizer(cfg, self.tensors)
+        self.opt = built.new_optimizer(self.tensors)
 
         seeds = list(dict.fromkeys(r.seed for r in runs))
         self.gens = [torch.Generator(device=device).manual_seed(data_seed(s)) for s in seeds]
         # (K,) index of each run's seed, used only when runs have different seeds
         self.seed_index = torch.tensor([seeds.index(r.seed) for r in runs], device=device)
 
-        self.lr_alive = torch.tensor([r.lr for r in runs], device=device, dtype=dtype)  # 0 once frozen
+        self.lr_alive = torch.tensor([2.0**r.log2_lr for r in runs], device=device, dtype=dtype)  # 0 once frozen
         self.alive = torch.ones(self.K, dtype=torch.bool)  # host copy, updated at checks
         self.diverged_step: list[int | None] = [None] * self.K
         self.history = torch.full((self.K, self.steps), math.nan, device=device, dtype=dtype)
@@ -288,23 +265,23 @@ class Ensemble:
         return n
 
     def step(self) -> None:
-        cfg, t = self.cfg, self.step_index
-        x, y = _batch(self.task, self.gens, self.seed_index, cfg.train.batch_size)
-        with precision(cfg.train.dtype.value, self.device):
+        train, t = self.train, self.step_index
+        x, y = _batch(self.task, self.gens, self.seed_index, train.batch_size)
+        with precision(train.dtype.value, self.device):
             logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
             losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
         self.history[:, t] = losses.detach()
         grads = torch.autograd.grad(losses.sum(), self.tensors)
-        factor = lr_factor(cfg.train.schedule.value, t, self.steps, cfg.train.warmup_steps)
+        factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
         with torch.no_grad():
             directions = self.opt.directions(grads)
             updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
-            apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, cfg.optim))
+            apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.built.optim))
         self.step_index += 1
 
     def check(self) -> None:
         """Read the losses since the last check (the host sync) and freeze runs that diverged."""
-        dead = _check(self.history, self.checked, self.step_index, self.alive, self.diverged_step, self.cfg.train.diverge_factor)
+        dead = _check(self.history, self.checked, self.step_index, self.alive, self.diverged_step, self.train.diverge_factor)
         if dead:
             _freeze(dead, self.slots, self.opt, self.lr_alive)
         self.checked = self.step_index
@@ -339,7 +316,7 @@ class Ensemble:
         self.step_index = self.checked = self.reported = state["step_index"]
 
     def results(self) -> list[RunResult]:
-        return _results(self.cfg, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
+        return _results(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
 
 
 @torch.no_grad()
@@ -384,17 +361,17 @@ def _freeze(dead: list[int], slots, opt, lr_alive: Tensor) -> None:
 
 
 @torch.no_grad()
-def _results(cfg, runs, task: Task, model, history: Tensor, alive: Tensor, diverged_step) -> list[RunResult]:
+def _results(train, runs, task: Task, model, history: Tensor, alive: Tensor, diverged_step) -> list[RunResult]:
     K, steps = history.shape
     hist = history.cpu().double()
-    window = max(1, math.ceil(cfg.train.final_window * steps))
+    window = max(1, math.ceil(train.final_window * steps))
     final = hist[:, steps - window :].mean(1)
     eval_loss = eval_acc = None
     ev = task.eval_set()
     if ev is not None:
-        with precision(cfg.train.dtype.value, history.device):
+        with precision(train.dtype.value, history.device):
             eval_loss, eval_acc = _evaluate(model, task, *ev)
-    keep = sorted(set(torch.linspace(0, steps - 1, min(steps, cfg.train.history_points)).round().long().tolist()))
+    keep = sorted(set(torch.linspace(0, steps - 1, min(steps, train.history_points)).round().long().tolist()))
 
     out = []
     for k, run in enumerate(runs):
@@ -406,7 +383,8 @@ def _results(cfg, runs, task: Task, model, history: Tensor, alive: Tensor, diver
         losses = [_finite(hist[k, i]) for i in idx]
         out.append(
             RunResult(
-                lr=run.lr,
+                log2_lr=round(run.log2_lr, 10),
+                lr=2.0**run.log2_lr,
                 seed=run.seed,
                 initial_loss=_finite(hist[k, 0]),
                 final_loss=float(final[k]) if ok else None,

@@ -35,7 +35,7 @@ def runs_of(cfg) -> list:
     from lrtransfer.engine import Run
 
     seeds = range(cfg.seed, cfg.seed + cfg.n_seeds)
-    return [Run(lr=2.0**log2, seed=s) for s in seeds for log2 in cfg.lr.values()]
+    return [Run(log2_lr=log2, seed=s) for s in seeds for log2 in cfg.lr.values()]
 
 
 def thread_count(requested: int) -> int:
@@ -55,7 +55,7 @@ def versions() -> dict:
     return {"lrtransfer": __version__, "torch": torch.__version__, "python": platform.python_version()}
 
 
-def describe(cfg) -> str:
+def job_title(cfg) -> str:
     return f"{cfg.model.name} {cfg.param.name} {cfg.optim.name} w={cfg.width} d={cfg.depth} s={cfg.seed}"
 
 
@@ -133,7 +133,7 @@ def run_job(cfg: DictConfig) -> dict:
 def _run_locked(cfg: DictConfig, folder: Path) -> dict:
     import torch
 
-    from lrtransfer import engine
+    from lrtransfer import build, engine
 
     started = time.perf_counter()
     base = {
@@ -146,12 +146,13 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
     try:
         typed = validate(cfg)
         torch.set_num_threads(thread_count(typed.engine.threads))
-        device = engine.select_device(typed.engine.device)
+        built = build.job(typed)
+        device = built.device
         runs = runs_of(typed)
         log.info("job %s: %d runs on %s", base["job_id"], len(runs), device)
         checkpoint = FileCheckpoint(folder / "checkpoint.pt", typed.engine.checkpoint_s)
-        with progress.job_steps(describe(typed), typed.train.steps * len(runs)) as advance:
-            results = engine.train(typed, runs, progress=advance, checkpoint=checkpoint)
+        with progress.job_steps(job_title(typed), typed.train.steps * len(runs)) as advance:
+            results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
         record = {
             **base,
             "status": "complete",
@@ -159,7 +160,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
             "threads": torch.get_num_threads(),
             "wall_time_s": round(time.perf_counter() - started, 3),
             "peak_memory_mib": peak_memory_mib(device),
-            "runs": [{"log2_lr": _log2(r.lr), **vars(r)} for r in results],
+            "runs": [vars(r) for r in results],
         }
     except Exception as e:  # recorded, reported at the end of the sweep; the sweep goes on
         log.exception("job failed")
@@ -187,8 +188,3 @@ def peak_memory_mib(device) -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
-
-def _log2(lr: float) -> float:
-    import math
-
-    return round(math.log2(lr), 10)

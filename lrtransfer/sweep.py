@@ -83,7 +83,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
     seen: set[str] = set()
     skipped = 0
     studies: dict[Path, None] = {}
-    prepared: set[str] = set()
+    checked_data: set[str] = set()
     cuda_wanted = False
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     for overrides in job_overrides:
@@ -103,14 +103,14 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
         if not rerun and is_complete(folder):
             skipped += 1
             continue
-        if repr(typed.data) not in prepared:  # finished jobs need no data
-            from lrtransfer.data import prepare
+        if repr(typed.data) not in checked_data:  # finished jobs need no data
+            from lrtransfer.data import ensure_files
 
-            prepare(typed)
-            prepared.add(repr(typed.data))
+            ensure_files(typed.data)
+            checked_data.add(repr(typed.data))
         todo.append(PlannedJob(list(overrides), folder.name, folder))
     if cuda_wanted:
-        from lrtransfer.engine import select_device
+        from lrtransfer.build import select_device
 
         for job in todo:
             select_device(loader.load_sweep_config(sweeper.config, job.overrides).engine.device)

@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
-from lrtransfer import engine  # noqa: E402
+from lrtransfer import build, engine  # noqa: E402
 from lrtransfer.job import runs_of  # noqa: E402
 
 
@@ -76,12 +76,11 @@ def step_shapes(cfg, input_dim: int, classes: int, batch: int) -> list[tuple[int
     return out
 
 
-def one_process_per_run(overrides: list[str], lrs: list[float], results: Path) -> float:
+def one_process_per_run(overrides: list[str], log2_lrs: list[float], results: Path) -> float:
     """Seconds per run when each run is its own `lrtransfer sweep` process (two runs measured)."""
     exe = Path(sys.executable).with_name("lrtransfer")
     total = 0.0
-    for lr in lrs[:2]:
-        log2 = f"{torch.tensor(lr).log2().item():.6f}"
+    for log2 in log2_lrs[:2]:
         cmd = [str(exe), "sweep", *overrides, f"lr.log2_min={log2}", f"lr.log2_max={log2}",
                "engine.progress=false", f"results_dir={results}", "--rerun"]
         total += timed(lambda: subprocess.run(cmd, check=True, capture_output=True))
@@ -90,15 +89,12 @@ def one_process_per_run(overrides: list[str], lrs: list[float], results: Path) -
 
 def steady_ensemble(width: int, depth: int, batch: int):
     """The first ensemble the engine would train for the default grid at `width`, warmed up."""
-    from lrtransfer.data import build_task
-
-    cpu = torch.device("cpu")
     cfg = typed(f"width={width}", f"depth={depth}", f"train.batch_size={batch}", "train.steps=1000",
                 "engine.device=cpu", "engine.progress=false")
-    task = build_task(cfg, cpu, torch.float32)
+    built = build.job(cfg)
     runs = runs_of(cfg)
-    K = engine.chunk_size(cfg, task, len(runs), cpu)
-    return cfg, engine.Ensemble(cfg, runs[:K], task, cpu, torch.float32), K
+    K = engine.chunk_size(built, len(runs))
+    return cfg, engine.Ensemble(built, runs[:K]), K
 
 
 def ms_per_step(ens, n: int = 30) -> float:
@@ -161,14 +157,14 @@ def main() -> None:
         n_params = params_of(cfg, cfg.data.input_dim, cfg.data.classes)
         flop_per_run_step = 6 * n_params * args.batch
 
-        engine.train(typed(*over, "train.steps=3"), runs[:2])  # warm-up: allocator, kernels
-        t_c = timed(lambda: engine.train(cfg, runs))
-        t_b = timed(lambda: engine.train(typed(*over, "engine.batched=false"), runs))
+        engine.train(build.job(typed(*over, "train.steps=3")), runs[:2])  # warm-up: allocator, kernels
+        t_c = timed(lambda: engine.train(build.job(cfg), runs))
+        t_b = timed(lambda: engine.train(build.job(typed(*over, "engine.batched=false")), runs))
         rate_c, rate_b = K * steps / t_c, K * steps / t_b
         if args.skip_processes:
             rate_a = float("nan")
         else:
-            per_run = one_process_per_run(over, [r.lr for r in runs], Path(args.results))
+            per_run = one_process_per_run(over, [r.log2_lr for r in runs], Path(args.results))
             rate_a = steps / per_run
         mm = mm_gflops(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch))
         g_b, g_c = rate_b * flop_per_run_step / 1e9, rate_c * flop_per_run_step / 1e9

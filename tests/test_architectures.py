@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
+from lrtransfer import build
 from lrtransfer import engine
 from lrtransfer.engine import Run
-from lrtransfer.model import build_model
+from lrtransfer.build import model as build_model
 from lrtransfer.model.layers import Conv, LayerNorm, Linear, Residual, Standardize
-from lrtransfer.param import build_param
+from lrtransfer.build import parameterization as build_param
 from lrtransfer.param.modular import PerTap, Spectral, targets
 from tests.conftest import TINY, typed
 from tests.datafiles import write_mnist
@@ -258,7 +259,7 @@ def model_overrides(model: str, param: str, mnist_root) -> list[str]:
 @pytest.mark.parametrize("param", PARAMS)
 def test_each_model_trains_under_each_parameterization(model, param, mnist_root):
     cfg = typed(*model_overrides(model, param, mnist_root), "train.steps=40", "train.batch_size=16")
-    (res,) = engine.train(cfg, [Run(lr=2.0 ** GOOD_LR[param], seed=0)])
+    (res,) = engine.train(build.job(cfg), [Run(log2_lr=GOOD_LR[param], seed=0)])
     assert not res.diverged
     assert res.final_loss < 0.9 * res.initial_loss, (res.initial_loss, res.final_loss)
 
@@ -279,9 +280,9 @@ def test_resnet_width_and_depth_sweeps_run_from_the_cli(cli, tmp_path):
 def test_batched_equals_one_run_at_a_time_in_float64(model, param, mnist_root):
     over = [*model_overrides(model, param, mnist_root), "train.steps=15", "train.batch_size=8", "n_seeds=2",
             "train.dtype=float64"]
-    runs = [Run(lr=2.0 ** (GOOD_LR[param] + d), seed=s) for s in (0, 1) for d in (-2, 0)]
-    batched = engine.train(typed(*over), runs)
-    alone = engine.train(typed(*over, "engine.batched=false"), runs)
+    runs = [Run(log2_lr=(GOOD_LR[param] + d), seed=s) for s in (0, 1) for d in (-2, 0)]
+    batched = engine.train(build.job(typed(*over)), runs)
+    alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
     for a, b in zip(batched, alone):
         assert not a.diverged and not b.diverged
         assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)

@@ -92,7 +92,7 @@ def test_parameterization_values_are_checked(overrides, fragment):
 
 
 def test_a_pair_may_have_its_own_lr_grid():
-    """conf/grid/<param>_<optim>.yaml: equalized's LR means something else than SP's;
+    """A parameterization's own grid (LR_GRIDS, per kind of update): equalized's LR means something else than SP's;
     modular's is a target norm, the same grid whatever the optimizer."""
     assert typed("param=equalized").lr.log2_max > typed().lr.log2_max
     assert typed("param=equalized", "optim=sgd").lr.log2_max > typed("optim=sgd").lr.log2_max

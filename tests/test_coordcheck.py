@@ -31,7 +31,7 @@ def test_sp_hidden_activations_grow_with_width_after_a_step_and_mup_and_modular_
     assert abs(s[0]) < 0.05 and s[1] > 0.1 and s[3] > 0.2 and s[3] > s[1]
     for data in (mup, mod):
         for layer in ("0 input", hidden):
-            assert all(abs(v) < 0.05 for v in data.slopes()[layer]), (data.describe, layer, data.slopes()[layer])
+            assert all(abs(v) < 0.05 for v in data.slopes()[layer]), (data.title, layer, data.slopes()[layer])
     # SP's readout blows up outright; muP's stays flat (its zero readout has no slope at init)
     assert sp.slopes()["2 output"][3] > 0.7
     assert mup.slopes()["2 output"][0] is None and all(abs(v) < 0.05 for v in mup.slopes()["2 output"][1:])

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from lrtransfer import build
 from lrtransfer.config import ConfigError
-from lrtransfer.data import Task, build_task, prepare
+from lrtransfer.build import task as build_task
+from lrtransfer.data import Task, ensure_files
 from lrtransfer.data.formats import DataError
 from lrtransfer.data.images import augment, channel_stats
 from lrtransfer.store import job_id
@@ -139,16 +141,16 @@ def test_augmentation_is_a_padded_crop_and_maybe_a_flip_of_the_same_image():
 def test_missing_files_say_where_they_were_looked_for_and_how_to_get_them(tmp_path):
     cfg = typed("data=cifar10", f"data.root={tmp_path}")
     with pytest.raises(DataError) as e:
-        prepare(cfg)
+        ensure_files(cfg.data)
     msg = str(e.value)
     assert "\n" not in msg and f"{tmp_path}/cifar-10-batches-py/" in msg
     assert "cifar-10-python.tar.gz" in msg and "data.download=true" in msg
     write_cifar(tmp_path)
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
     with pytest.raises(DataError, match=r"no data_batch_3 in "):
-        prepare(cfg)
+        ensure_files(cfg.data)
     with pytest.raises(DataError, match=r"MNIST/raw/"):
-        prepare(typed("data=mnist", f"data.root={tmp_path}"))
+        ensure_files(typed("data=mnist", f"data.root={tmp_path}").data)
 
 
 def test_unreadable_files_are_named(tmp_path):
@@ -184,14 +186,14 @@ def test_download_is_asked_of_torchvision_only_when_files_are_missing(tmp_path, 
     fake.datasets = types.SimpleNamespace(CIFAR10=FakeCIFAR10)
     monkeypatch.setitem(sys.modules, "torchvision", fake)
     cfg = typed("data=cifar10", f"data.root={tmp_path}", "data.download=true")
-    prepare(cfg)
+    ensure_files(cfg.data)
     assert calls == [(str(tmp_path), True, True), (str(tmp_path), False, True)]
-    prepare(cfg)
+    ensure_files(cfg.data)
     assert len(calls) == 2  # files present: the network is left alone
 
     monkeypatch.setitem(sys.modules, "torchvision", None)  # not importable
     with pytest.raises(DataError, match=r"data.download=true needs torchvision.*lrtransfer\[vision\]"):
-        prepare(typed("data=mnist", f"data.root={tmp_path}", "data.download=true"))
+        ensure_files(typed("data=mnist", f"data.root={tmp_path}", "data.download=true").data)
 
 
 def test_the_data_folder_is_not_part_of_a_jobs_identity():
@@ -216,8 +218,8 @@ def test_bad_data_values_are_refused(over, fragment):
 
 # ---------------------------------------------------------------- the MLP reads images
 def test_the_mlp_reads_an_image_as_its_flattened_vector():
-    from lrtransfer.model import build_model
-    from lrtransfer.param import build_param
+    from lrtransfer.build import model as build_model
+    from lrtransfer.build import parameterization as build_param
 
     cfg = typed("width=8", "depth=3")
     param = build_param(cfg)
@@ -241,7 +243,8 @@ def bigram_config(path, *over):
 
     from omegaconf import OmegaConf
 
-    from lrtransfer.config import TOKENS, validate
+    from lrtransfer.config import validate
+    from lrtransfer.schema import TOKENS
 
     @dataclass
     class BigramConfig:
@@ -282,21 +285,21 @@ def test_text_windows_predict_the_next_character(tmp_path):
 
 def test_text_errors_are_one_line(tmp_path):
     with pytest.raises(DataError, match=r"data.path=.*no such file"):
-        prepare(bigram_config(tmp_path / "missing.txt"))
+        ensure_files(bigram_config(tmp_path / "missing.txt").data)
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 ".encode("latin-1") * 100)
     with pytest.raises(DataError, match=r"not UTF-8"):
-        prepare(bigram_config(bad))
+        ensure_files(bigram_config(bad).data)
     short = tmp_path / "short.txt"
     short.write_text("abc" * 10)
     with pytest.raises(DataError, match=r"has 30 characters, too few for data.seq_len=128"):
-        prepare(bigram_config(short))
+        ensure_files(bigram_config(short).data)
 
 
 def test_the_embedded_default_text_needs_no_file():
     cfg = bigram_config(None)
     assert cfg.data.path is None
-    prepare(cfg)
+    ensure_files(cfg.data)
     task = build_task(cfg, CPU, torch.float32)
     assert len(task.train_ids) > 100_000 and 60 < task.output_dim < 300
     assert "if" in task.decode(task.train_ids[:5000])
@@ -329,7 +332,7 @@ def bigram(monkeypatch):
             return self.weight[torch.arange(len(self.weight))[:, None, None], x]
 
     module = types.ModuleType("lrtransfer.model.bigram_test")
-    module.build = lambda cfg, param, *, runs, input_shape, output_dim: Sequential([Bigram(output_dim, runs)])
+    module.build = lambda options, param, *, width, depth, runs, input_shape, output_dim: Sequential([Bigram(output_dim, runs)])
     monkeypatch.setitem(sys.modules, "lrtransfer.model.bigram_test", module)
 
 
@@ -340,9 +343,9 @@ def test_a_token_model_trains_batched_as_one_run_at_a_time(tmp_path, bigram):
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
     over = ["data.seq_len=16", "data.eval_size=4", "train.steps=20", "train.batch_size=8", "train.dtype=float64"]
-    runs = [Run(lr=2.0**e, seed=s) for s in (0, 1) for e in (-6, -2)]
-    batched = engine.train(bigram_config(path, *over), runs)
-    alone = engine.train(bigram_config(path, *over, "engine.batched=false"), runs)
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-6, -2)]
+    batched = engine.train(build.job(bigram_config(path, *over)), runs)
+    alone = engine.train(build.job(bigram_config(path, *over, "engine.batched=false")), runs)
     vocab = len(set(TEXT))
     for a, b in zip(batched, alone):
         assert a.initial_loss == pytest.approx(math.log(vocab), abs=0.1)  # near-uniform start
@@ -357,7 +360,7 @@ def test_the_default_text_study_runs_offline(bigram):
     from lrtransfer.engine import Run
 
     cfg = bigram_config(None, "data.seq_len=32", "data.eval_size=8", "train.steps=60", "train.batch_size=16")
-    (res,) = engine.train(cfg, [Run(lr=2.0**-3, seed=0)])
+    (res,) = engine.train(build.job(cfg), [Run(log2_lr=-3, seed=0)])
     assert not res.diverged and res.eval_loss < res.initial_loss - 1 and res.eval_acc > 0.1
 
 
@@ -369,9 +372,9 @@ def test_image_runs_batched_equal_one_at_a_time_with_augmentation(tmp_path):
     write_cifar(tmp_path)
     over = ["data=cifar10", f"data.root={tmp_path}", "data.augment=true", "data.eval_size=32", "width=16",
             "train.steps=15", "train.batch_size=8", "train.dtype=float64", "engine.device=cpu", "n_seeds=2"]  # fmt: skip
-    runs = [Run(lr=2.0**e, seed=s) for s in (0, 1) for e in (-10, -6)]
-    batched = engine.train(typed(*over), runs)
-    alone = engine.train(typed(*over, "engine.batched=false"), runs)
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-10, -6)]
+    batched = engine.train(build.job(typed(*over)), runs)
+    alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
     for a, b in zip(batched, alone):
         assert a.final_loss == pytest.approx(b.final_loss, rel=1e-9)
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9) and a.eval_acc == b.eval_acc

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lrtransfer import build
 from lrtransfer import engine
 from lrtransfer.engine import Run
-from lrtransfer.model import build_model
-from lrtransfer.optim import build_optimizer
-from lrtransfer.optim.schedule import lr_factor
-from lrtransfer.param import build_param
+from lrtransfer.build import model as build_model
+from lrtransfer.build import optimizer as build_optimizer
+from lrtransfer.schedule import lr_factor
+from lrtransfer.build import parameterization as build_param
 from tests.conftest import typed
 
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu"]
@@ -92,9 +93,9 @@ PARAMS = {
 def test_batched_equals_one_run_at_a_time_in_float64(optim, param):
     over = [*SMALL, f"optim={optim}", *PARAMS[param], "train.dtype=float64", "train.steps=50", "n_seeds=2"]
     cfg = typed(*over)
-    runs = [Run(lr=2.0**e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
-    batched = engine.train(cfg, runs)
-    alone = engine.train(typed(*over, "engine.batched=false"), runs)
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
+    batched = engine.train(build.job(cfg), runs)
+    alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
     for a, b in zip(batched, alone):
         assert (a.lr, a.seed) == (b.lr, b.seed)
         assert a.final_loss == pytest.approx(b.final_loss, rel=1e-9)
@@ -105,19 +106,19 @@ def test_batched_equals_one_run_at_a_time_in_float64(optim, param):
 
 def test_batched_equals_sequential_first_step_in_float32():
     over = [*SMALL, "train.steps=1", "train.history_points=1"]
-    runs = [Run(lr=2.0**e, seed=0) for e in (-9, -5)]
-    a = engine.train(typed(*over), runs)
-    b = engine.train(typed(*over, "engine.batched=false"), runs)
+    runs = [Run(log2_lr=e, seed=0) for e in (-9, -5)]
+    a = engine.train(build.job(typed(*over)), runs)
+    b = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
     for ra, rb in zip(a, b):
         assert ra.initial_loss == pytest.approx(rb.initial_loss, rel=1e-6)
 
 
 def test_a_diverging_run_is_recorded_and_does_not_touch_the_others():
     over = [*SMALL, "train.steps=40", "train.dtype=float64"]
-    calm = [Run(lr=2.0**-9, seed=0), Run(lr=2.0**-7, seed=0)]
-    wild = Run(lr=2.0**8, seed=0)
-    with_wild = engine.train(typed(*over), [calm[0], wild, calm[1]])
-    without = engine.train(typed(*over), calm)
+    calm = [Run(log2_lr=-9, seed=0), Run(log2_lr=-7, seed=0)]
+    wild = Run(log2_lr=8, seed=0)
+    with_wild = engine.train(build.job(typed(*over)), [calm[0], wild, calm[1]])
+    without = engine.train(build.job(typed(*over)), calm)
     res = with_wild[1]
     assert res.diverged and res.final_loss is None and res.eval_loss is None
     assert 0 <= res.diverged_step < 40
@@ -154,19 +155,19 @@ def test_decoupled_weight_decay(scaling):
 
 
 def test_device_selection():
-    assert engine.select_device("cpu").type == "cpu"
-    assert engine.select_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert build.select_device("cpu").type == "cpu"
+    assert build.select_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(engine.DeviceError, match="CUDA is not available"):
-            engine.select_device("cuda")
+        with pytest.raises(build.DeviceError, match="CUDA is not available"):
+            build.select_device("cuda")
 
 
 def test_chunked_ensembles_equal_one_ensemble():
     over = [*SMALL, "train.dtype=float64", "train.steps=20", "n_seeds=2"]
-    runs = [Run(lr=2.0**e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
-    whole = engine.train(typed(*over), runs)
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
+    whole = engine.train(build.job(typed(*over)), runs)
     for chunk in ("engine.chunk=4", "engine.max_memory_gb=1e-9"):  # 4+2 runs; 1 run each
-        parts = engine.train(typed(*over, chunk), runs)
+        parts = engine.train(build.job(typed(*over, chunk)), runs)
         for a, b in zip(parts, whole):
             assert (a.lr, a.seed, a.diverged) == (b.lr, b.seed, b.diverged)
             assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
@@ -179,26 +180,26 @@ def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
     cpu = torch.device("cpu")
     cfg = typed("width=512")
     task = build_task(cfg, cpu, torch.float32)
-    fp = engine.footprint(cfg, task, cpu)
+    fp = engine.footprint(build.job(cfg, cpu))
     hidden = 512 * 512
     assert hidden < fp.weights < 1.2 * hidden and fp.element == 4
     monkeypatch.setattr(engine, "last_level_cache", lambda: 10**12)  # memory alone decides
     budget = 3.5 * fp.bytes_per_run / 2**30
-    assert engine.chunk_size(typed("width=512", f"engine.max_memory_gb={budget}"), task, 11, cpu) == 3  # 3, 3, 3, 2
+    assert engine.chunk_size(build.job(typed("width=512", f"engine.max_memory_gb={budget}"), cpu), 11) == 3  # 3, 3, 3, 2
     monkeypatch.setattr(engine, "last_level_cache", lambda: 4 * fp.working_set_per_run)
-    assert engine.chunk_size(cfg, task, 11, cpu) == 4  # 4, 4, 3: equal chunks within the cache
-    assert engine.chunk_size(typed("width=512", "engine.chunk=2"), task, 11, cpu) == 2
-    assert engine.chunk_size(typed("width=512", "engine.batched=false"), task, 11, cpu) == 1
+    assert engine.chunk_size(build.job(cfg, cpu), 11) == 4  # 4, 4, 3: equal chunks within the cache
+    assert engine.chunk_size(build.job(typed("width=512", "engine.chunk=2"), cpu), 11) == 2
+    assert engine.chunk_size(build.job(typed("width=512", "engine.batched=false"), cpu), 11) == 1
     assert engine.last_level_cache() >= 2**20
 
 
 def test_opt_in_precisions():
     """bf16 autocast trains close to float32; TF32 changes nothing on a CPU."""
     over = [*SMALL, "train.steps=30"]
-    runs = [Run(lr=2.0**-7, seed=0)]
-    (f32,) = engine.train(typed(*over), runs)
-    (tf32,) = engine.train(typed(*over, "train.dtype=tf32"), runs)
-    (bf16,) = engine.train(typed(*over, "train.dtype=bf16_autocast"), runs)
+    runs = [Run(log2_lr=-7, seed=0)]
+    (f32,) = engine.train(build.job(typed(*over)), runs)
+    (tf32,) = engine.train(build.job(typed(*over, "train.dtype=tf32")), runs)
+    (bf16,) = engine.train(build.job(typed(*over, "train.dtype=bf16_autocast")), runs)
     assert tf32.history_loss == f32.history_loss
     assert bf16.history_loss != f32.history_loss  # bfloat16 really ran
     assert bf16.final_loss == pytest.approx(f32.final_loss, rel=0.05)

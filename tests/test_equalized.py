@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from lrtransfer.model import build_model
-from lrtransfer.optim import build_optimizer
-from lrtransfer.param import build_param
+from lrtransfer.build import model as build_model
+from lrtransfer.build import optimizer as build_optimizer
+from lrtransfer.build import parameterization as build_param
 from tests.conftest import typed
 
 CPU = ["engine.device=cpu"]

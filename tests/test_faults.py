@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lrtransfer import build
 from lrtransfer import engine, stop
 from lrtransfer.engine import Run
 from lrtransfer.job import FileCheckpoint
@@ -35,8 +36,8 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batc
         write_cifar(tmp_path / "data")
         over += ["data=cifar10", f"data.root={tmp_path / 'data'}", "data.augment=true"]
     cfg = typed(*over)
-    runs = [Run(lr=2.0**e, seed=0) for e in (-9, -6, 6)]  # the last one diverges
-    reference = engine.train(cfg, runs)
+    runs = [Run(log2_lr=e, seed=0) for e in (-9, -6, 6)]  # the last one diverges
+    reference = engine.train(build.job(cfg), runs)
 
     ckpt = FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9)
     seen = []
@@ -48,11 +49,11 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batc
 
     monkeypatch.setattr(stop, "_requested", False)
     with pytest.raises(engine.Interrupted):
-        engine.train(cfg, runs, progress=interrupt_midway, checkpoint=ckpt)
+        engine.train(build.job(cfg), runs, progress=interrupt_midway, checkpoint=ckpt)
     assert ckpt.path.exists()
     monkeypatch.setattr(stop, "_requested", False)
     total = []
-    resumed = engine.train(cfg, runs, progress=total.append, checkpoint=ckpt)
+    resumed = engine.train(build.job(cfg), runs, progress=total.append, checkpoint=ckpt)
     assert sum(total) == 40 * len(runs)  # the progress bar ends full
     assert [vars(r) for r in resumed] == [vars(r) for r in reference]
 
@@ -60,9 +61,9 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batc
 def test_a_checkpoint_of_other_runs_is_ignored(tmp_path):
     cfg = typed("width=16", "train.steps=10", "train.batch_size=8", "data.eval_size=32")
     ckpt = FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9)
-    engine.train(cfg, [Run(lr=2.0**-8, seed=0)], checkpoint=ckpt)
-    other = [Run(lr=2.0**-7, seed=0)]
-    assert [vars(r) for r in engine.train(cfg, other, checkpoint=ckpt)] == [vars(r) for r in engine.train(cfg, other)]
+    engine.train(build.job(cfg), [Run(log2_lr=-8, seed=0)], checkpoint=ckpt)
+    other = [Run(log2_lr=-7, seed=0)]
+    assert [vars(r) for r in engine.train(build.job(cfg), other, checkpoint=ckpt)] == [vars(r) for r in engine.train(build.job(cfg), other)]
 
 
 def test_same_config_same_records(cli, tmp_path):

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from lrtransfer.config import ConfigError
-from lrtransfer.model import build_model
+from lrtransfer.build import model as build_model
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Atom, Linear, Sequential
-from lrtransfer.optim import build_optimizer
-from lrtransfer.param import build_param
+from lrtransfer.build import optimizer as build_optimizer
+from lrtransfer.build import parameterization as build_param
 from lrtransfer.param.modular import RMS, Spectral, orthogonalize, targets
 from tests.conftest import typed
 
@@ -116,7 +116,7 @@ def residual_mlp(L: int, width: int = 16, runs: int = 1, **over):
         param.residual_stack(blocks),
         Linear(width, 4, role=OUTPUT, runs=runs),
     ])
-    param.prepare(model)
+    param.set_multipliers(model)
     return param, model
 
 

@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
+from lrtransfer import build
 from lrtransfer import engine
 from lrtransfer.engine import Run
-from lrtransfer.model import build_model
+from lrtransfer.build import model as build_model
 from lrtransfer.model.layers import Linear
-from lrtransfer.param import build_param
+from lrtransfer.build import parameterization as build_param
 from tests.conftest import typed
 
 CPU = ["engine.device=cpu"]
@@ -67,13 +68,13 @@ def test_readout_zero_init_is_the_default_and_zeroes_only_the_readout():
 def test_mup_is_sp_number_for_number_at_the_base_width(optim):
     over = [*CPU, f"optim={optim}", "width=48", "depth=4", "train.steps=25", "train.batch_size=16",
             "data.eval_size=64", "train.dtype=float64"]
-    runs = [Run(lr=2.0**e, seed=s) for s in (0, 1) for e in (-8, -5)]
-    sp = engine.train(typed(*over), runs)
-    mup = engine.train(typed(*over, "param=mup", "param.base_width=48", "param.readout_zero_init=false"), runs)
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-8, -5)]
+    sp = engine.train(build.job(typed(*over)), runs)
+    mup = engine.train(build.job(typed(*over, "param=mup", "param.base_width=48", "param.readout_zero_init=false")), runs)
     for a, b in zip(sp, mup):
         assert a.history_loss == b.history_loss and a.eval_loss == b.eval_loss
     # ... and away from it they differ (the test can tell them apart)
-    other = engine.train(typed(*over, "param=mup", "param.base_width=24", "param.readout_zero_init=false"), runs)
+    other = engine.train(build.job(typed(*over, "param=mup", "param.base_width=24", "param.readout_zero_init=false")), runs)
     assert any(a.final_loss != b.final_loss for a, b in zip(sp, other))
 
 

@@ -9,13 +9,14 @@ import math
 import pytest
 import torch
 
+from lrtransfer import build
 from lrtransfer import engine
 from lrtransfer.config import ConfigError
 from lrtransfer.engine import Run
-from lrtransfer.model import build_model
+from lrtransfer.build import model as build_model
 from lrtransfer.model.layers import Embedding, Gain, Linear
 from lrtransfer.model.transformer import CausalSelfAttention
-from lrtransfer.param import build_param
+from lrtransfer.build import parameterization as build_param
 from lrtransfer.param.modular import RowL2, targets
 from tests.conftest import typed
 
@@ -59,7 +60,7 @@ def test_gpt_target_vectors(L):
     """Notes, section 4: each embedding 1/7, head 1/7; Q, K, V 5/7; attention output 5/21;
     both MLP Linears 5/21 (sensitivity-1 activation, as Modula's ScaledGELU)."""
     cfg, param, model = built("param=modular", f"depth={L}", "model.activation=relu")
-    assert cfg.param.blocks_mass == 5.0  # the transformer's own default
+    assert cfg.param.blocks_mass == 1.0  # the trunk's mass is the transformer's own (5), times 1
     t = targets(model, 1.0)
     emb, head, qkv, outs, mlp = kinds(model)
     assert len(emb) == 2 and len(qkv) == 3 * L and len(outs) == L and len(mlp) == 2 * L
@@ -82,13 +83,13 @@ def test_gpt_target_vectors(L):
             assert param.share(s) == pytest.approx(1 / 7)
 
 
-def test_blocks_mass_override_and_the_resnet_default_stay():
-    cfg, param, model = built("param=modular", "param.blocks_mass=2", "model.activation=relu")
+def test_blocks_mass_scales_the_models_own_trunk_mass():
+    cfg, param, model = built("param=modular", "param.blocks_mass=0.4", "model.activation=relu")  # 5 x 0.4 = 2
     t = targets(model, 1.0)
     emb, head, qkv, outs, _ = kinds(model)
     assert t[head] == pytest.approx(1 / 4) and t[emb[0]] == pytest.approx(1 / 4)
     assert t[qkv[0]] == pytest.approx(3 * t[outs[0]])
-    assert typed("engine.device=cpu", "param=modular", "model=resnet").param.blocks_mass == 1.0
+    assert model.layers[1].mass == pytest.approx(2.0)
 
 
 def test_attention_compound_rule_without_the_modula_third():
@@ -232,7 +233,7 @@ TRAIN = ["width=32", "data.seq_len=16", "data.eval_size=8", "train.steps=30", "t
 @pytest.mark.parametrize("param", PARAMS)
 def test_trains_under_each_parameterization(param):
     over = tiny(f"param={param}", *TRAIN) + (["param.base_width=32"] if param == "mup" else [])
-    (res,) = engine.train(typed(*over), [Run(lr=2.0 ** GOOD_LR[param], seed=0)])
+    (res,) = engine.train(build.job(typed(*over)), [Run(log2_lr=GOOD_LR[param], seed=0)])
     assert not res.diverged
     assert res.final_loss < 0.85 * res.initial_loss, (res.initial_loss, res.final_loss)
     assert res.eval_loss is not None and math.isfinite(res.eval_loss)
@@ -271,9 +272,9 @@ def test_cli_refuses_a_bad_width_in_one_line(cli, tmp_path):
 def test_batched_training_equals_one_run_at_a_time_in_float64(param):
     over = tiny(f"param={param}", *TRAIN, "train.steps=6", "n_seeds=2", "train.dtype=float64")
     over += ["param.base_width=32"] if param == "mup" else []
-    runs = [Run(lr=2.0 ** (GOOD_LR[param] + d), seed=s) for s in (0, 1) for d in (-1, 0)]
-    batched = engine.train(typed(*over), runs)
-    alone = engine.train(typed(*over, "engine.batched=false"), runs)
+    runs = [Run(log2_lr=(GOOD_LR[param] + d), seed=s) for s in (0, 1) for d in (-1, 0)]
+    batched = engine.train(build.job(typed(*over)), runs)
+    alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
     for a, b in zip(batched, alone):
         assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)

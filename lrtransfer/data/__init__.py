@@ -1,11 +1,10 @@
 """Tasks. `conf/data/<name>.yaml` is implemented by `lrtransfer/data/<name>.py`, which
-provides `build(cfg, device, dtype) -> Task` and, when the task reads files,
-`prepare(cfg)`: check that they are on disk (or download them when asked) before
-any job starts.
+defines its options (`OPTIONS`, a dataclass) and `build(options, device, dtype) -> Task`
+and, when the task reads files, `ensure_files(options)`: check that they are on disk
+(or download them when asked) before any job starts.
 
-What one example *is* (its kind) is declared by the option's schema in
-`config.py` (`INPUTS`), so the sweep can refuse a model that cannot read it
-before loading anything:
+What one example *is* (its kind) is declared by the option's options (`INPUTS`),
+so the sweep can refuse a model that cannot read it before loading anything:
 
 - `vector`: x (B, d) float, y (B,) class indices;
 - `image`:  x (B, C, H, W) float, y (B,) class indices;
@@ -18,11 +17,11 @@ run axis: x (K, B, ...), y (K, B, ...). Models accept both forms.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+
+from lrtransfer import options
 
 
 class Task:
@@ -60,16 +59,8 @@ class Task:
         return (logits.argmax(-1) == y).flatten(1).sum(-1)
 
 
-def build_task(cfg, device: torch.device, dtype: torch.dtype) -> Task:
-    return _module(cfg).build(cfg, device, dtype)
-
-
-def prepare(cfg) -> None:
+def ensure_files(data_options) -> None:
     """Make sure the task's files are on disk, or raise UserError saying how to get them."""
-    hook = getattr(_module(cfg), "prepare", None)
+    hook = getattr(options.module("data", data_options.name), "ensure_files", None)
     if hook is not None:
-        hook(cfg)
-
-
-def _module(cfg):
-    return importlib.import_module(f"lrtransfer.data.{cfg.data.name}")
+        hook(data_options)

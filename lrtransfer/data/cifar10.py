@@ -7,7 +7,7 @@ torchvision's layout: `<data.root>/cifar-10-batches-py/` holding `data_batch_1` 
 from functools import partial
 
 from lrtransfer.data.formats import read_cifar
-from lrtransfer.data.images import ImageSet
+from lrtransfer.data.images import ImageDataOptions, ImageSet
 
 
 def cifar_set(title, torchvision, archive, folder, train, test, label_key, classes) -> ImageSet:
@@ -22,4 +22,5 @@ CIFAR10 = cifar_set(
     "CIFAR-10", "CIFAR10", "cifar-10-python.tar.gz", "cifar-10-batches-py",
     tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch", label_key="labels", classes=10,
 )  # fmt: skip
-prepare, build = CIFAR10.prepare, CIFAR10.build
+ensure_files, build = CIFAR10.ensure_files, CIFAR10.build
+OPTIONS = ImageDataOptions

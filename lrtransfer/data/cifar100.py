@@ -5,9 +5,11 @@ torchvision's layout: `<data.root>/cifar-100-python/` holding `train` and `test`
 """
 
 from lrtransfer.data.cifar10 import cifar_set
+from lrtransfer.data.images import ImageDataOptions
 
 CIFAR100 = cifar_set(
     "CIFAR-100", "CIFAR100", "cifar-100-python.tar.gz", "cifar-100-python",
     ("train",), "test", label_key="fine_labels", classes=100,
 )  # fmt: skip
-prepare, build = CIFAR100.prepare, CIFAR100.build
+ensure_files, build = CIFAR100.ensure_files, CIFAR100.build
+OPTIONS = ImageDataOptions

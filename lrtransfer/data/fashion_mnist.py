@@ -5,6 +5,8 @@ names as MNIST (gzipped or not).
 """
 
 from lrtransfer.data.mnist import idx_set
+from lrtransfer.data.images import ImageDataOptions
 
 FASHION_MNIST = idx_set("Fashion-MNIST", "FashionMNIST", "github.com/zalandoresearch/fashion-mnist; ")
-prepare, build = FASHION_MNIST.prepare, FASHION_MNIST.build
+ensure_files, build = FASHION_MNIST.ensure_files, FASHION_MNIST.build
+OPTIONS = ImageDataOptions

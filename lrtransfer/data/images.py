@@ -22,13 +22,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Optional
 
 import torch
+from omegaconf import MISSING
 from torch import Tensor
 from torch.nn import functional as F
 
 from lrtransfer.data import Task
 from lrtransfer.data.formats import DataError
+from lrtransfer.schema import IMAGE, ConfigError, location, positive
+
+
+@dataclass
+class ImageDataOptions:
+    """A labelled image dataset on disk in torchvision's layout; every image option's options."""
+
+    INPUTS: ClassVar[str] = IMAGE
+
+    name: str = MISSING
+    root: str = location("data")  # the folder torchvision would be given as `root`
+    download: bool = location(False)  # fetch missing files with torchvision; never otherwise
+    train_size: Optional[int] = None  # None: the whole training split; N: a fixed random subset
+    eval_size: Optional[int] = None  # None: the whole test split; N: a fixed random subset
+    seed: int = 0  # which subsets
+    augment: bool = False  # random crop after zero padding, and horizontal flips
+    augment_pad: int = 4
+    augment_flip: bool = True
+
+    def check(self) -> None:
+        for key in ("train_size", "eval_size"):
+            if getattr(self, key) is not None:
+                positive(f"data.{key}", getattr(self, key))
+        if self.augment_pad < 0:
+            raise ConfigError(f"data.augment_pad must be >= 0, got {self.augment_pad}")
 
 VISION_EXTRA = "pip install 'lrtransfer[vision]'"
 
@@ -68,16 +95,16 @@ class ImageSet:
         return paths  # type: ignore[return-value]
 
     # ---- the option module's hooks
-    def prepare(self, cfg) -> None:
+    def ensure_files(self, d: ImageDataOptions) -> None:
         """Before any job: the files are there (downloaded first when asked) and readable, and the subsets fit.
 
         Reading them once here (about a second for CIFAR-10) turns a missing or
         corrupt file into one line before training, not a failed record per job.
         """
-        root = data_root(cfg.data.root)
-        if cfg.data.download and any(p is None for p in self.paths(root).values()):
+        root = data_root(d.root)
+        if d.download and any(p is None for p in self.paths(root).values()):
             self.download(root)
-        self.load(cfg.data)
+        self.load(d)
 
     def download(self, root: Path) -> None:
         try:
@@ -95,15 +122,14 @@ class ImageSet:
         except Exception as e:
             raise DataError(f"downloading {self.title} into {root} failed: {type(e).__name__}: {e}") from None
 
-    def build(self, cfg, device: torch.device, dtype: torch.dtype) -> ImageTask:
-        d = cfg.data
+    def build(self, d: ImageDataOptions, device: torch.device, dtype: torch.dtype) -> ImageTask:
         train_x, train_y, test_x, test_y, mean, std = self.load(d)
         return ImageTask(
             train_x, train_y, test_x, test_y, mean, std, classes=self.classes,
             pad=d.augment_pad if d.augment else 0, flip=d.augment and d.augment_flip, device=device, dtype=dtype,
         )  # fmt: skip
 
-    def load(self, d):
+    def load(self, d: ImageDataOptions):
         """Host tensors: the training images and labels, the held-out ones (subsets applied), and the channel statistics."""
         paths = self.check_present(data_root(d.root), d.name)
         train_x, train_y = self._read([paths[n] for n in self.train])

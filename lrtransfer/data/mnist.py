@@ -6,7 +6,7 @@ torchvision's layout: `<data.root>/MNIST/raw/` holding the four IDX files
 """
 
 from lrtransfer.data.formats import read_idx_pair
-from lrtransfer.data.images import ImageSet
+from lrtransfer.data.images import ImageDataOptions, ImageSet
 
 
 def idx_set(title: str, torchvision: str, source: str = "") -> ImageSet:
@@ -20,4 +20,5 @@ def idx_set(title: str, torchvision: str, source: str = "") -> ImageSet:
 
 
 MNIST = idx_set("MNIST", "MNIST")
-prepare, build = MNIST.prepare, MNIST.build
+ensure_files, build = MNIST.ensure_files, MNIST.build
+OPTIONS = ImageDataOptions

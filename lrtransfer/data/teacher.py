@@ -10,16 +10,37 @@ teacher's own entropy) and gives every loss-vs-LR curve a finite minimum.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from lrtransfer.data import Task
+from lrtransfer.schema import VECTOR, ConfigError
+
+
+@dataclass
+class TeacherOptions:
+    """Inputs x ~ N(0, I); labels drawn from softmax(teacher(x) / temperature)."""
+
+    INPUTS: ClassVar[str] = VECTOR
+
+    name: str = "teacher"
+    input_dim: int = 32
+    classes: int = 10
+    teacher_width: int = 128
+    teacher_depth: int = 2
+    temperature: float = 0.5
+    seed: int = 1234
+    eval_size: int = 4096
+
+
+OPTIONS = TeacherOptions
 
 
 class Teacher(Task):
-    def __init__(self, cfg, device: torch.device, dtype: torch.dtype) -> None:
-        d = cfg.data
+    def __init__(self, d: TeacherOptions, device: torch.device, dtype: torch.dtype) -> None:
         self.input_shape, self.output_dim = (d.input_dim,), d.classes
         self.device, self.dtype, self.temperature = device, dtype, d.temperature
         gen = torch.Generator().manual_seed(d.seed)
@@ -51,9 +72,7 @@ class Teacher(Task):
         return self._eval
 
 
-def build(cfg, device: torch.device, dtype: torch.dtype) -> Teacher:
-    if cfg.data.teacher_depth < 1:
-        from lrtransfer.config import ConfigError
-
-        raise ConfigError(f"data.teacher_depth must be >= 1, got {cfg.data.teacher_depth}")
-    return Teacher(cfg, device, dtype)
+def build(options: TeacherOptions, device: torch.device, dtype: torch.dtype) -> Teacher:
+    if options.teacher_depth < 1:
+        raise ConfigError(f"data.teacher_depth must be >= 1, got {options.teacher_depth}")
+    return Teacher(options, device, dtype)

@@ -14,13 +14,35 @@ anywhere in the rest, uniformly, drawn from the caller's generator.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor
 
 from lrtransfer.data import Task
 from lrtransfer.data.formats import DataError
+from lrtransfer.schema import TOKENS, positive
+
+
+@dataclass
+class TextOptions:
+    """Character-level next-token prediction on a text file."""
+
+    INPUTS: ClassVar[str] = TOKENS
+
+    name: str = "text"
+    path: Optional[str] = None  # a UTF-8 text file; None: the embedded default (CPython's pydoc topics)
+    seq_len: int = 128  # predictions per sequence (context length)
+    eval_size: int = 256  # held-out sequences, from the end of the text
+
+    def check(self) -> None:
+        positive("data.seq_len", self.seq_len)
+        positive("data.eval_size", self.eval_size)
+
+
+OPTIONS = TextOptions
 
 DEFAULT_SOURCE = "pydoc_data.topics"
 
@@ -89,16 +111,14 @@ class TextTask(Task):
         return self._eval
 
 
-def describe_source(path: str | None) -> str:
+def source_name(path: str | None) -> str:
     return f"data.path={path}" if path is not None else f"the embedded default, {DEFAULT_SOURCE}"
 
 
-def prepare(cfg) -> None:
+def ensure_files(d: TextOptions) -> None:
     """Before any job: the text is readable and long enough."""
-    d = cfg.data
-    split_sizes(len(read_text(d.path)), d.seq_len, d.eval_size, describe_source(d.path))
+    split_sizes(len(read_text(d.path)), d.seq_len, d.eval_size, source_name(d.path))
 
 
-def build(cfg, device: torch.device, dtype: torch.dtype) -> TextTask:
-    d = cfg.data
-    return TextTask(read_text(d.path), d.seq_len, d.eval_size, device, describe_source(d.path))
+def build(d: TextOptions, device: torch.device, dtype: torch.dtype) -> TextTask:
+    return TextTask(read_text(d.path), d.seq_len, d.eval_size, device, source_name(d.path))

@@ -7,7 +7,7 @@ along K, so the ensemble computes exactly what K separate trainings would.
 
 The network is a tree the code can walk (`Module.children()`): *atoms* hold
 weights, *bonds* hold none, compounds (`Sequential`, `Residual`) combine them.
-Each node carries the modular norm's bookkeeping (seed 000): a `mass`, the share of
+Each node carries the modular norm's bookkeeping (Modula): a `mass`, the share of
 the update budget it receives, a `sensitivity`, its Lipschitz constant with
 respect to its input, and `split(target)`, the compound rule that hands a target
 norm on to its children. Parameterizations other than the modular norm ignore them.
@@ -144,7 +144,7 @@ class Atom(Module):
     @property
     def torch_fan_in(self) -> int:
         """prod(weight.shape[1:]) of PyTorch's own layout of this layer's weight: the fan-in
-        torch.nn.init (and seed 001's He constant) computes. A matrix's fan_in for nn.Linear
+        torch.nn.init (and the equalized-LR note's He constant) computes. A matrix's fan_in for nn.Linear
         (out, in) and nn.Conv (out, in, k, ...); not so for a lookup table (`Embedding`)."""
         return self.fan_in
 
@@ -157,7 +157,7 @@ class Atom(Module):
 
 
 class Linear(Atom):
-    """MM_{W,b}(z) = W z + b (seed 002, eq. 7.35), for K runs at once.
+    """MM_{W,b}(z) = W z + b (the lecture notes, eq. 7.35), for K runs at once.
 
     weight: (K, fan_in, fan_out), stored input-major so the forward is a plain
     batched matmul with no transposed copies; bias: (K, 1, fan_out).
@@ -185,7 +185,7 @@ class Linear(Atom):
 
 
 class Conv(Atom):
-    """A convolution: a matrix multiplication with shared weights (seed 002, eqs. 7.48-7.51).
+    """A convolution: a matrix multiplication with shared weights (the lecture notes, eqs. 7.48-7.51).
 
     `dims` spatial axes (1 or 2), a k^dims filter per (output, input) channel pair,
     zero padding so the output has the input's size (k odd). As a matrix it maps the
@@ -241,7 +241,7 @@ class Gain(Atom):
     """z -> gain * z + bias, elementwise over the last axis: layer norm's learnable gamma and beta.
 
     A diagonal matrix, not a dense one: no parameterization multiplies it or draws it
-    at random; the gain starts at 1 and the bias at 0 (seed 002's LN). Its role is
+    at random; the gain starts at 1 and the bias at 0 (the lecture notes' LN). Its role is
     `hidden` (both grow with the width).
     gain, bias: (K, 1, width).
     """
@@ -352,7 +352,7 @@ class Flatten(Module):
 
 class Standardize(Module):
     """A bond: LN-S(z) = (z - mean(z)) / std(z) over the last axis, with the population std
-    (seed 002, eq. 7.40); `eps` inside the square root keeps a constant z finite."""
+    (the lecture notes, eq. 7.40); `eps` inside the square root keeps a constant z finite."""
 
     def __init__(self, eps: float = 1e-5) -> None:
         super().__init__()
@@ -480,7 +480,7 @@ class Sum(Module):
 
 
 class LayerNorm(Sequential):
-    """LN(z) = beta + gamma * LN-S(z) (seed 002, eq. 7.41): a composition of the
+    """LN(z) = beta + gamma * LN-S(z) (the lecture notes, eq. 7.41): a composition of the
     standardising bond and a learnable gain atom."""
 
     def __init__(self, width: int, *, runs: int) -> None:

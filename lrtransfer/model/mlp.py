@@ -1,4 +1,4 @@
-"""MLP(x) = MM(sigma(MM(... sigma(MM(x))))) (seed 002, eq. 7.36), `depth` weight layers.
+"""MLP(x) = MM(sigma(MM(... sigma(MM(x))))) (the lecture notes, eq. 7.36), `depth` weight layers.
 
 Images (C, H, W) are read as vectors of C*H*W values.
 """
@@ -7,14 +7,33 @@ from __future__ import annotations
 
 import math
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Flatten, Linear, Sequential
+from lrtransfer.schema import IMAGE, VECTOR
+from lrtransfer.schema import Activation as ActivationName
 
 
-def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
-    width, act, bias = cfg.width, cfg.model.activation.value, cfg.model.bias
+@dataclass
+class MLPOptions:
+    MIN_DEPTH: ClassVar[int] = 2  # an input and an output layer
+    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
+
+    name: str = "mlp"
+    activation: ActivationName = ActivationName.relu
+    bias: bool = True
+
+
+OPTIONS = MLPOptions
+
+
+def build(options: MLPOptions, param, *, width: int, depth: int, runs: int, input_shape: tuple[int, ...],
+          output_dim: int) -> Sequential:
+    act, bias = options.activation.value, options.bias
     layers = [Flatten(len(input_shape))] if len(input_shape) > 1 else []
     layers += [Linear(math.prod(input_shape), width, role=INPUT, runs=runs, bias=bias), Activation(act)]
-    for _ in range(cfg.depth - 2):
+    for _ in range(depth - 2):
         layers += [Linear(width, width, role=HIDDEN, runs=runs, bias=bias), Activation(act)]
     layers.append(Linear(width, output_dim, role=OUTPUT, runs=runs, bias=bias))
     return Sequential(layers)

@@ -1,4 +1,4 @@
-"""A residual conv net: seed 002's Res block with convolutions for matrix multiplications,
+"""A residual conv net: the lecture notes' Res block with convolutions for matrix multiplications,
 
     Res(z) = z + sigma(Conv_1(sigma(Conv_2(z)))),
 
@@ -8,16 +8,32 @@
 
 from __future__ import annotations
 
-from lrtransfer.model.cnn import head, stem
+from dataclasses import dataclass
+
+from lrtransfer.model.cnn import CNNOptions, head, stem
 from lrtransfer.model.layers import HIDDEN, Activation, Conv, Sequential
+from lrtransfer.schema import ResidualRule
 
 
-def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
-    w, k, bias, act = cfg.width, cfg.model.kernel_size, cfg.model.bias, cfg.model.activation.value
+@dataclass
+class ResNetCNNOptions(CNNOptions):
+    """Conv stem, `depth` residual blocks of two convs (the lecture notes' Res with convolutions), pooling, readout."""
+
+    name: str = "resnet_cnn"  # depth counts residual blocks
+    residual: ResidualRule = ResidualRule.auto
+
+
+OPTIONS = ResNetCNNOptions
+
+
+def build(options: ResNetCNNOptions, param, *, width: int, depth: int, runs: int, input_shape: tuple[int, ...],
+          output_dim: int) -> Sequential:
+    w, k, bias, act = width, options.kernel_size, options.bias, options.activation.value
 
     def block() -> Sequential:
         return Sequential([Conv(w, w, k, dims=2, role=HIDDEN, runs=runs, bias=bias), Activation(act),
                            Conv(w, w, k, dims=2, role=HIDDEN, runs=runs, bias=bias), Activation(act)])
 
-    trunk = param.residual_stack([block() for _ in range(cfg.depth)])
-    return Sequential(stem(cfg, runs=runs, input_shape=input_shape) + [trunk] + head(cfg, runs=runs, output_dim=output_dim))
+    trunk = param.residual_stack([block() for _ in range(depth)], rule=options.residual.value)
+    return Sequential(stem(options, width=w, runs=runs, input_shape=input_shape) + [trunk]
+                      + head(options, width=w, runs=runs, output_dim=output_dim))

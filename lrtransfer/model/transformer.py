@@ -16,7 +16,7 @@ for L' = depth blocks).
 
 The modular norm's structure is Modula's GPT (modula/compound.py, `GPT` and
 `Attention`): the embeddings are `1/2 tok + 1/2 pos` tared to mass 1; the blocks are
-tared to `param.blocks_mass` (5 by default for this model); the head (final LN and
+tared to mass 5 (`TRUNK_MASS`, times `param.blocks_mass`); the head (final LN and
 Linear) has mass 1; attention is `O o F o (1/3) o (Q, K, V)`, the 1/3
 (`param.attention_qkv_mult`, 1 under every other parameterization) making the
 tuple's sensitivity 3 into 1. Modula's LayerNorm has no weights: here every LN keeps
@@ -29,12 +29,51 @@ sequence of one run, never across runs or sequences.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from torch import Tensor
 from torch.nn import functional as F
 
 from lrtransfer.model.layers import (
     HIDDEN, OUTPUT, Activation, Embedding, Enumerate, LayerNorm, Linear, Module, Sequential, Sum, tare,
 )
+from lrtransfer.schema import TOKENS, ConfigError, ResidualRule, positive
+from lrtransfer.schema import Activation as ActivationName
+
+TRUNK_MASS = 5.0  # the residual blocks' total mass under the modular norm, as Modula's GPT
+
+
+@dataclass
+class TransformerOptions:
+    """A GPT-style decoder: token + position embeddings, `depth` pre-norm blocks
+    z + attn(LN(z)), z + mlp(LN(z)) (causal self-attention, `heads` heads of width / heads),
+    a final LN and a linear head predicting the next token at every position."""
+
+    MIN_DEPTH: ClassVar[int] = 1  # transformer blocks (each an attention and an MLP residual branch)
+    READS: ClassVar[tuple[str, ...]] = (TOKENS,)
+
+    name: str = "transformer"
+    heads: int = 4  # fixed number of heads: d_head = width / heads grows with the width
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * width
+    activation: ActivationName = ActivationName.gelu
+    bias: bool = True
+    residual: ResidualRule = ResidualRule.auto
+
+    def check(self) -> None:
+        positive("model.heads", self.heads)
+        positive("model.mlp_ratio", self.mlp_ratio)
+
+    def check_with(self, cfg) -> None:
+        if cfg.width % self.heads != 0:
+            valid = ", ".join(str(self.heads * i) for i in (1, 2, 4, 8, 16))
+            raise ConfigError(
+                f"width={cfg.width} is not divisible by model.heads={self.heads} (d_head = width / heads); "
+                f"valid widths: multiples of {self.heads} ({valid}, ...), or a model.heads dividing {cfg.width}"
+            )
+
+
+OPTIONS = TransformerOptions
 
 
 class CausalSelfAttention(Module):
@@ -97,9 +136,10 @@ def layer_norm(width: int, runs: int) -> LayerNorm:
     return ln
 
 
-def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
+def build(options: TransformerOptions, param, *, width: int, depth: int, runs: int, input_shape: tuple[int, ...],
+          output_dim: int) -> Sequential:
     (context,) = input_shape  # token ids (T,) per example; output_dim: the vocabulary
-    m, width = cfg.model, cfg.width
+    m = options
     heads, act, bias = m.heads, m.activation.value, m.bias
     hidden = m.mlp_ratio * width
 
@@ -125,7 +165,8 @@ def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: in
             Linear(hidden, width, role=HIDDEN, runs=runs, bias=bias),  # -> (K, B, T, width)
         ])
 
-    branches = [b for _ in range(cfg.depth) for b in (attention(), mlp())]
+    branches = [b for _ in range(depth) for b in (attention(), mlp())]
     head = Sequential([layer_norm(width, runs), Linear(width, output_dim, role=OUTPUT, runs=runs, bias=bias)])
-    return Sequential([embed, param.residual_stack(branches), head])  # -> (K, B, T, vocab)
+    trunk = param.residual_stack(branches, rule=m.residual.value, mass=TRUNK_MASS)
+    return Sequential([embed, trunk, head])  # -> (K, B, T, vocab)
 

@@ -8,21 +8,11 @@ the engine applies them and the decoupled weight decay. Splitting the step this
 way lets one optimizer serve every parameterization.
 
 `conf/optim/<name>.yaml` is implemented by `lrtransfer/optim/<name>.py`, which
-provides a class `Optimizer(cfg.optim, tensors)` with `directions(grads)` and a
-`state` list of tensors (what a checkpoint saves). The returned directions are
+defines its options (`OPTIONS`, a dataclass declaring as ClassVars the kind of update
+it makes, `UPDATE`, and its LR grid, `LR_GRID`) and a class
+`Optimizer(options, tensors)` with `directions(grads)` and a `state` list of tensors
+(what a checkpoint saves). The returned directions are
 scratch tensors: the caller may scale them in place, and they are overwritten by
 the next call. Adam's go through `kernels.py`, the one user of PyTorch's private
 fused kernel.
 """
-
-from __future__ import annotations
-
-import importlib
-from collections.abc import Sequence
-
-from torch import Tensor
-
-
-def build_optimizer(cfg, tensors: Sequence[Tensor]):
-    module = importlib.import_module(f"lrtransfer.optim.{cfg.optim.name}")
-    return module.Optimizer(cfg.optim, tensors)

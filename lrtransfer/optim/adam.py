@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from lrtransfer.optim.kernels import adam_directions_
+from lrtransfer.schema import ADAPTIVE, DecayScaling, Grid
+
+
+@dataclass
+class AdamOptions:
+    UPDATE: ClassVar[str] = ADAPTIVE
+    LR_GRID: ClassVar[Grid] = Grid(-14, -4)  # log2 learning rates every job trains, unless overridden
+
+    name: str = "adam"
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decay_scaling: DecayScaling = DecayScaling.independent
+
+
+OPTIONS = AdamOptions
 
 
 class Optimizer:
-    def __init__(self, cfg, tensors: Sequence[Tensor]) -> None:
-        self.beta1, self.beta2, self.eps = cfg.beta1, cfg.beta2, cfg.eps
+    def __init__(self, options: AdamOptions, tensors: Sequence[Tensor]) -> None:
+        self.beta1, self.beta2, self.eps = options.beta1, options.beta2, options.eps
         self.m = [torch.zeros_like(t) for t in tensors]
         self.v = [torch.zeros_like(t) for t in tensors]
         self.scratch = [torch.empty_like(t) for t in tensors]

@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from lrtransfer.schema import GRADIENT, DecayScaling, Grid
+
+
+@dataclass
+class SGDOptions:
+    UPDATE: ClassVar[str] = GRADIENT
+    LR_GRID: ClassVar[Grid] = Grid(-10, 0)  # log2 learning rates every job trains, unless overridden
+
+    name: str = "sgd"
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    decay_scaling: DecayScaling = DecayScaling.independent
+
+
+OPTIONS = SGDOptions
+
 
 class Optimizer:
-    def __init__(self, cfg, tensors: Sequence[Tensor]) -> None:
-        self.momentum, self.nesterov = cfg.momentum, cfg.nesterov
+    def __init__(self, options: SGDOptions, tensors: Sequence[Tensor]) -> None:
+        self.momentum, self.nesterov = options.momentum, options.nesterov
         self.buf = [torch.zeros_like(t) for t in tensors]
         self.scratch = [torch.empty_like(t) for t in tensors]
         self.t = 0

@@ -1,20 +1,21 @@
 """Parameterizations. `conf/param/<name>.yaml` is implemented by `lrtransfer/param/<name>.py`,
-which holds one `Parameterization` subclass whose `name` is `<name>`."""
+which defines its options (`OPTIONS`, a dataclass) and one `Parameterization`
+subclass whose `name` is `<name>`."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 
+from lrtransfer import options
 from lrtransfer.param.base import Parameterization, Slot
 
 
-def build_param(cfg) -> Parameterization:
-    module = importlib.import_module(f"lrtransfer.param.{cfg.param.name}")
+def parameterization_class(name: str) -> type[Parameterization]:
+    module = options.module("param", name)
     for obj in vars(module).values():
-        if inspect.isclass(obj) and issubclass(obj, Parameterization) and obj.name == cfg.param.name:
-            return obj(cfg)
-    raise LookupError(f"lrtransfer.param.{cfg.param.name} defines no Parameterization named {cfg.param.name!r}")
+        if inspect.isclass(obj) and issubclass(obj, Parameterization) and obj.name == name:
+            return obj
+    raise LookupError(f"lrtransfer.param.{name} defines no Parameterization named {name!r}")
 
 
-__all__ = ["Parameterization", "Slot", "build_param"]
+__all__ = ["Parameterization", "Slot", "parameterization_class"]

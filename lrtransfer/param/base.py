@@ -4,8 +4,13 @@ A parameterization is a small object that decides, for every weight of a model:
 its initial distribution, the forward multiplier applied at run time, its
 per-tensor learning-rate multiplier, and how the base optimizer's direction
 becomes an update. The model and the engine call these hooks and nothing else, so
-a new parameterization is one subclass and one YAML file; the engine never
-branches on a parameterization's name.
+a new parameterization is one module (its options and one subclass) and one YAML
+file; the engine never branches on a parameterization's name.
+
+A parameterization sees its own options, the width and the kind of update the
+optimizer makes (`schema.ADAPTIVE`, `GRADIENT`, ...), never the whole config: the
+rules that differ between optimizers key on the kind, so a new optimizer of a
+known kind works under every parameterization.
 
 The base class *is* the standard parameterization (SP): PyTorch's default init,
 no multipliers, one global learning rate. Subclasses override only the hooks
@@ -36,9 +41,9 @@ class Slot:
 
 # model.residual -> (skip, branch) for L blocks: z -> skip * z + branch * block(z)
 RESIDUAL_RULES = {
-    "one": lambda L: (1.0, 1.0),  # seed 002's ResNet-S
+    "one": lambda L: (1.0, 1.0),  # the lecture notes' ResNet-S
     "sqrt_depth": lambda L: (1.0, L**-0.5),  # depth-muP
-    "convex": lambda L: (1.0 - 1.0 / L, 1.0 / L),  # Modula
+    "convex": lambda L: (1.0 - 1.0 / L, 1.0 / L),  # the modular norm (Modula)
 }
 
 
@@ -50,27 +55,24 @@ def run_view(v: Tensor, like: Tensor) -> Tensor:
 class Parameterization:
     name = "standard"
 
-    def __init__(self, cfg) -> None:
-        self.cfg = cfg
-        self.width = cfg.width
-        self.optimizer = cfg.optim.name
+    def __init__(self, options, *, width: int, update: str) -> None:
+        self.options, self.width, self.update = options, width, update
 
     # ---- hooks the model builder calls
     def residual_scales(self, depth: int) -> tuple[float, float]:
         """(skip, branch) multipliers of a residual block: z -> skip*z + branch*block(z)."""
         return RESIDUAL_RULES["one"](depth)
 
-    def residual_stack(self, blocks: Sequence[Module]) -> Sequential:
+    def residual_stack(self, blocks: Sequence[Module], *, rule: str = "auto", mass: float = 1.0) -> Sequential:
         """The L = len(blocks) residual blocks of a network, applied in order, each
-        wrapped by the residual rule: `model.residual` when it names one (to compare
-        rules under one parameterization), else this parameterization's own
-        (`residual_scales`). Architectures build their residual trunk with this, so a
-        rule that also re-weights the blocks' masses (the modular norm's tare) sees
-        the whole trunk at once."""
+        wrapped by the residual rule: `rule` when it names one (the model's
+        `residual` option, to compare rules under one parameterization), else this
+        parameterization's own (`residual_scales`). Architectures build their
+        residual trunk with this, so a rule that also re-weights the blocks' masses
+        (the modular norm's tare) sees the whole trunk at once; `mass` is the trunk's
+        own total mass, which only such a rule reads."""
         L = len(blocks)
-        rule = getattr(self.cfg.model, "residual", None)
-        rule = getattr(rule, "value", rule)
-        skip, branch = self.residual_scales(L) if rule in (None, "auto") else RESIDUAL_RULES[rule](L)
+        skip, branch = self.residual_scales(L) if rule == "auto" else RESIDUAL_RULES[rule](L)
         return Sequential([Residual(b, skip=skip, branch=branch) for b in blocks])
 
     def attention_scale(self, d_head: int) -> float:
@@ -86,7 +88,7 @@ class Parameterization:
         """(weight_mult, bias_mult): the atom computes weight_mult * x W + bias_mult * b."""
         return 1.0, 1.0
 
-    def prepare(self, model: Module) -> None:
+    def set_multipliers(self, model: Module) -> None:
         for atom in model.atoms():
             atom.weight_mult, atom.bias_mult = self.multipliers(atom)
 
@@ -145,19 +147,20 @@ class Parameterization:
     def load_state_dict(self, state: dict) -> None:
         pass
 
-    def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim_cfg) -> list[Tensor] | None:
+    def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
         """Decoupled weight decay of each tensor, (K,) per slot: w <- (1 - decay) * w.
 
         lr: (K,) each run's base learning rate (0 for a frozen run, which must not
-        decay either); factor: the schedule's factor at this step. With
+        decay either); factor: the schedule's factor at this step; optim: the
+        optimizer's options (`weight_decay`, `decay_scaling`). With
         `decay_scaling: independent` (default) decay = wd * factor, so an LR sweep
         does not also sweep the decay; with `lr` it is lr * lr_mult * wd * factor,
         as torch's AdamW. None: no decay.
         """
-        wd = optim_cfg.weight_decay
+        wd = optim.weight_decay
         if not wd:
             return None
-        if optim_cfg.decay_scaling.value == "lr":
+        if optim.decay_scaling.value == "lr":
             return [lr * (factor * wd * s.lr_mult) for s in slots]
         alive = (lr > 0).to(lr.dtype) * (factor * wd)
         return [alive for _ in slots]

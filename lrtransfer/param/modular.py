@@ -1,4 +1,4 @@
-"""The modular norm (seed 000; Large, Bernstein et al. 2024, "Scalable optimization in
+"""The modular norm (Modula; Large, Bernstein et al. 2024, "Scalable optimization in
 the modular norm", the Modula package).
 
 The network is a tree of modules, each with a mass (its share of the update
@@ -24,7 +24,7 @@ update of norm T moves the output by at most T (in RMS), whatever the width or
 depth: that is why the optimal T transfers. Weight decay is decoupled and split
 by the same shares. Linear atoms are initialised orthogonal (all singular values
 1; `init: gaussian` draws N(0, 1/(sqrt(fan_in) + sqrt(fan_out))^2), whose spectral
-norm is ~1, to test seed 000's claim that Gaussian works if scaled right) and
+norm is ~1, to test the Modula FAQ's claim that Gaussian works if scaled right) and
 compute sqrt(fan_out/fan_in) * x W, an RMS-to-RMS map of norm ||W||_2.
 
 Biases (Modula's atoms have none; `model.bias` defaults to true): a Linear with a
@@ -37,9 +37,12 @@ Embeddings (Modula's Embedding atom): forward sqrt(dim) * row, rows unit l2 at i
 norm the largest row's l2 (`RowL2`); each row of the update is rescaled to l2 = target
 (`normalize`) or replaced by its direction times the target (`dualize`). Attention
 (model=transformer) follows Modula's GPT: logits q.k / d_head (`attention_scale`) on
-(q, k, v) / 3 (`attention_qkv_mult`), and the model's blocks are tared to
-`param.blocks_mass`, whose default is the model's own (5 for the transformer, as
-Modula's GPT; 1 otherwise; conf/param/modular.yaml).
+(q, k, v) / 3 (`attention_qkv_mult`), and the model's blocks are tared to the
+trunk's own mass (the model passes it to `residual_stack`: 5 for the transformer,
+as Modula's GPT; 1 otherwise) times `param.blocks_mass`.
+
+The LR is a target norm, the same for every optimizer, so the grid is this
+parameterization's own (`LR_GRIDS`).
 
 A new kind of atom plugs in with one `AtomRule` in `RULES` (its norm, forward
 multiplier and initialisation), keyed by the atom's `kind`.
@@ -50,13 +53,55 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from lrtransfer.config import ConfigError
 from lrtransfer.model.layers import Atom, Module, Sequential, tare
 from lrtransfer.param.base import RESIDUAL_RULES, Parameterization, Slot, run_view
+from lrtransfer.schema import UPDATE_KINDS, ConfigError, Grid, positive
+
+
+class ModularUpdate(str, Enum):
+    normalize = "normalize"  # rescale each atom's direction to its target norm (PyTorch Modula)
+    dualize = "dualize"  # orthogonalise it (Newton-Schulz), times the target (JAX Modula)
+
+
+class ModularInit(str, Enum):
+    orthogonal = "orthogonal"
+    gaussian = "gaussian"
+
+
+class NormEstimate(str, Enum):
+    power = "power"  # warm-started power iteration, a few matrix-vector products a step
+    exact = "exact"  # SVD: exact, slow at large widths
+
+
+@dataclass
+class ModularOptions:
+    LR_GRIDS: ClassVar[dict[str, Grid]] = {kind: Grid(-8, 2) for kind in UPDATE_KINDS}  # a target norm
+
+    name: str = "modular"
+    update: ModularUpdate = ModularUpdate.normalize
+    init: ModularInit = ModularInit.orthogonal
+    norm_estimate: NormEstimate = NormEstimate.power
+    power_iters: int = 1  # power iterations per step (warm-started)
+    ns_steps: int = 8  # Newton-Schulz quintic steps of `dualize` (then 4 polishing steps)
+    bias_mass: float = 0.1  # a Linear's bias : weight mass ratio (its share of the atom's target)
+    # a residual trunk's total mass, as a multiple of the trunk's own (the model's:
+    # the transformer's 5, as Modula's GPT; 1 for the others)
+    blocks_mass: float = 1.0
+
+    def check(self) -> None:
+        for key in ("power_iters", "ns_steps", "blocks_mass"):
+            positive(f"param.{key}", getattr(self, key))
+        if not self.bias_mass >= 0:
+            raise ConfigError(f"param.bias_mass must be >= 0, got {self.bias_mass!r}")
+
+
+OPTIONS = ModularOptions
 
 TINY = 1e-30  # a norm below this is a zero update (a frozen run); never divide by it
 
@@ -287,9 +332,9 @@ def targets(module: Module, target: float = 1.0) -> dict[Atom, float]:
 class Modular(Parameterization):
     name = "modular"
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        p = cfg.param
+    def __init__(self, options: ModularOptions, *, width: int, update: str) -> None:
+        super().__init__(options, width=width, update=update)
+        p = options
         self.dualize = p.update.value == "dualize"
         self.exact = p.norm_estimate.value == "exact"
         self.init_kind = p.init.value
@@ -312,11 +357,11 @@ class Modular(Parameterization):
         """Modula's (1 - 1/L) * z + (1/L) * block(z): sensitivity 1 at any depth L."""
         return RESIDUAL_RULES["convex"](depth)
 
-    def residual_stack(self, blocks: Sequence[Module]) -> Sequential:
-        """The residual trunk, tared to total mass `blocks_mass`: each block's 1/L mass share
-        cancels its 1/L branch multiplier, so a residual atom's update norm does not depend on L."""
-        stack = super().residual_stack(blocks)
-        tare(stack, self.blocks_mass)
+    def residual_stack(self, blocks: Sequence[Module], *, rule: str = "auto", mass: float = 1.0) -> Sequential:
+        """The residual trunk, tared to total mass `mass * blocks_mass`: each block's 1/L mass
+        share cancels its 1/L branch multiplier, so a residual atom's update norm does not depend on L."""
+        stack = super().residual_stack(blocks, rule=rule, mass=mass)
+        tare(stack, mass * self.blocks_mass)
         return stack
 
     def attention_scale(self, d_head: int) -> float:
@@ -332,8 +377,8 @@ class Modular(Parameterization):
     def multipliers(self, atom: Atom) -> tuple[float, float]:
         return self.rule(atom).multiplier(atom), 1.0
 
-    def prepare(self, model: Module) -> None:
-        super().prepare(model)
+    def set_multipliers(self, model: Module) -> None:
+        super().set_multipliers(model)
         self.shares = targets(model, 1.0)
         self._norms = {atom: self.rule(atom).norm(self) for atom in model.atoms()}
 
@@ -378,9 +423,9 @@ class Modular(Parameterization):
                 out.append(norm.normalize_(d, target, self._state.setdefault((s.atom, s.name), {}), self.exact))
         return out
 
-    def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim_cfg) -> list[Tensor] | None:
+    def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
         """Decoupled weight decay split like the updates: each tensor's decay times its share."""
-        base = super().decays(slots, lr, factor, optim_cfg)
+        base = super().decays(slots, lr, factor, optim)
         if base is None:
             return None
         return [b * self.share(s) for b, s in zip(base, slots)]

@@ -5,7 +5,7 @@ dimension that grows with the width ("infinite") gets the factors below, so at
 `width == base_width` (and without the zero readout) muP *is* SP, number for
 number. Roles (see `model/layers.py`):
 
-| role   | init                              | forward mult      | Adam LR | SGD LR |
+| role   | init                              | forward mult      | adaptive LR (Adam) | gradient LR (SGD) |
 |--------|-----------------------------------|-------------------|---------|--------|
 | input  | SP                                | 1                 | 1       | m      |
 | hidden | SP (variance 1/fan_in)            | 1                 | 1/m     | 1      |
@@ -35,19 +35,39 @@ Depth (which `mup` lacks): residual branches are multiplied by L^-depth_exponent
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from lrtransfer.config import ConfigError
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Atom
 from lrtransfer.param.base import Parameterization
+from lrtransfer.schema import ADAPTIVE, GRADIENT, ConfigError, positive
 
-# Per-tensor LR multiplier as a power of m, per base optimizer, role and tensor.
+
+@dataclass
+class MupOptions:
+    name: str = "mup"
+    base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
+    readout_zero_init: bool = True
+    output_mult: float = 1.0
+    zero_query: bool = True  # attention queries start at zero (for transformers)
+    depth_exponent: float = 0.0  # residual branches x L^-depth_exponent (0.5: depth-muP); 0: width only
+
+    def check(self) -> None:
+        positive("param.base_width", self.base_width)
+        positive("param.output_mult", self.output_mult)
+        if not self.depth_exponent >= 0:
+            raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
+
+
+OPTIONS = MupOptions
+
+# Per-tensor LR multiplier as a power of m, per kind of update the optimizer makes, role and tensor.
 LR_POWERS = {
-    "adam": {(INPUT, "weight"): 0, (HIDDEN, "weight"): -1, (OUTPUT, "weight"): 0,
+    ADAPTIVE: {(INPUT, "weight"): 0, (HIDDEN, "weight"): -1, (OUTPUT, "weight"): 0,
              (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 0},
-    "sgd": {(INPUT, "weight"): 1, (HIDDEN, "weight"): 0, (OUTPUT, "weight"): 1,
+    GRADIENT: {(INPUT, "weight"): 1, (HIDDEN, "weight"): 0, (OUTPUT, "weight"): 1,
             (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1},
 }
 
@@ -55,12 +75,13 @@ LR_POWERS = {
 class MuP(Parameterization):
     name = "mup"
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        p = cfg.param
-        if self.optimizer not in LR_POWERS:
+    def __init__(self, options: MupOptions, *, width: int, update: str) -> None:
+        super().__init__(options, width=width, update=update)
+        p = options
+        if update not in LR_POWERS:
             raise ConfigError(
-                f"param=mup has no rule for optim={self.optimizer}; valid: {', '.join(sorted(LR_POWERS))}"
+                f"param=mup has no rule for an optimizer whose updates are {update}; "
+                f"valid kinds: {', '.join(sorted(LR_POWERS))}"
             )
         self.base_width = p.base_width
         self.m = self.width / p.base_width
@@ -92,7 +113,7 @@ class MuP(Parameterization):
         return b * math.sqrt(self.m) if atom.role == OUTPUT else b
 
     def lr_multiplier(self, atom: Atom, name: str) -> float:
-        return self.m ** LR_POWERS[self.optimizer][(atom.role, name)]
+        return self.m ** LR_POWERS[self.update][(atom.role, name)]
 
     def attention_scale(self, d_head: int) -> float:
         """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling

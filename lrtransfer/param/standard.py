@@ -1,10 +1,20 @@
 """Standard parameterization (SP): PyTorch's defaults, one global learning rate.
 
-Every hook of the base class already states SP; this module exists so that
-`conf/param/standard.yaml` and its implementation share a name.
+Every hook of the base class already states SP; this module gives
+`conf/param/standard.yaml` its options and its implementation under one name.
 """
 
+from dataclasses import dataclass
+
 from lrtransfer.param.base import Parameterization
+
+
+@dataclass
+class StandardOptions:
+    name: str = "standard"
+
+
+OPTIONS = StandardOptions
 
 
 class Standard(Parameterization):

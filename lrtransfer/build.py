@@ -1,0 +1,102 @@
+"""What a job trains, made once from its validated config.
+
+Every option is turned into objects here and nowhere else: the task (on the
+device, selected once), and factories for the parameterization, the model and the
+optimizer, which the engine calls once per ensemble (a parameterization carries
+state from step to step, so each ensemble gets its own). Each builder hands an
+option module only its own options and the few numbers it needs (width, depth,
+the optimizer's kind of update, the task's shapes), never the whole config, so
+the engine below receives objects and knows no config schema of any group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lrtransfer import options
+from lrtransfer.config import Config, Engine, Train
+from lrtransfer.data import Task
+from lrtransfer.errors import UserError
+from lrtransfer.model.layers import Module
+from lrtransfer.param import Parameterization, parameterization_class
+
+# train.dtype -> the dtype of weights, optimizer state and losses
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bf16_autocast": torch.float32, "tf32": torch.float32}
+
+
+class DeviceError(UserError, RuntimeError):
+    """The requested device is not available on this machine."""
+
+
+def select_device(spec: str) -> torch.device:
+    """`auto` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"engine.device={spec} but CUDA is not available here; use engine.device=cpu or auto")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise DeviceError(
+                f"engine.device={spec} but only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    return device
+
+
+def parameterization(cfg: Config) -> Parameterization:
+    """The parameterization of `cfg.param`, told the width and the optimizer's kind of update."""
+    update = options.of("optim")[cfg.optim.name].UPDATE
+    return parameterization_class(cfg.param.name)(cfg.param, width=cfg.width, update=update)
+
+
+def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:
+    """The model of `cfg.model` for `runs` runs, with `param`'s multipliers set (not yet initialised)."""
+    net = options.module("model", cfg.model.name).build(
+        cfg.model, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
+        output_dim=output_dim,
+    )
+    param.set_multipliers(net)
+    return net
+
+
+def optimizer(cfg: Config, tensors: Sequence[Tensor]):
+    return options.module("optim", cfg.optim.name).Optimizer(cfg.optim, tensors)
+
+
+def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
+    return options.module("data", cfg.data.name).build(cfg.data, device, dtype)
+
+
+@dataclass(frozen=True)
+class Built:
+    """Everything the engine trains with."""
+
+    task: Task
+    train: Train
+    engine: Engine
+    device: torch.device
+    dtype: torch.dtype
+    new_param: Callable[[], Parameterization]
+    new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
+    new_optimizer: Callable[[Sequence[Tensor]], Any]
+    optim: Any  # the optimizer's options, whose weight decay the parameterization applies
+
+
+def job(cfg: Config, device: torch.device | None = None) -> Built:
+    """Build what a validated config trains, on `device` (default: `engine.device`'s)."""
+    device = device if device is not None else select_device(cfg.engine.device)
+    dtype = DTYPES[cfg.train.dtype.value]
+    the_task = task(cfg, device, dtype)
+    shape, classes = the_task.input_shape, the_task.output_dim
+    return Built(
+        task=the_task, train=cfg.train, engine=cfg.engine, device=device, dtype=dtype,
+        new_param=lambda: parameterization(cfg),
+        new_model=lambda param, runs: model(cfg, param, runs=runs, input_shape=shape, output_dim=classes),
+        new_optimizer=lambda tensors: optimizer(cfg, tensors),
+        optim=cfg.optim,
+    )
