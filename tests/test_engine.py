@@ -175,11 +175,8 @@ def test_chunked_ensembles_equal_one_ensemble():
 
 
 def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
-    from lrtransfer.data import build_task
-
     cpu = torch.device("cpu")
     cfg = typed("width=512")
-    task = build_task(cfg, cpu, torch.float32)
     fp = engine.footprint(build.job(cfg, cpu))
     hidden = 512 * 512
     assert hidden < fp.weights < 1.2 * hidden and fp.element == 4

@@ -74,14 +74,14 @@ def test_same_config_same_records(cli, tmp_path):
 
 
 def test_a_crashing_job_is_recorded_and_the_sweep_goes_on(cli, tmp_path, monkeypatch):
-    real = engine.train
+    real = build.job
 
-    def flaky(cfg, runs, **kw):
+    def flaky(cfg, device=None):
         if cfg.width == 32:
             raise RuntimeError("CUDA out of memory (simulated)")
-        return real(cfg, runs, **kw)
+        return real(cfg, device)
 
-    monkeypatch.setattr(engine, "train", flaky)
+    monkeypatch.setattr(build, "job", flaky)
     code, out, _ = cli("sweep", *TINY, "width=16,32,48", f"results_dir={tmp_path}", "name=s")
     assert code == 1
     assert "3 job(s) ran, 0 already done, 1 failed" in out and "width=32: RuntimeError: CUDA out of memory" in out
@@ -91,7 +91,7 @@ def test_a_crashing_job_is_recorded_and_the_sweep_goes_on(cli, tmp_path, monkeyp
     failed = next(r for r in recs if r["status"] == "failed")
     assert "RuntimeError: CUDA out of memory" in failed["error"] and "Traceback" in failed["traceback"]
     # the failed job is retried by a re-run; the others are not
-    monkeypatch.setattr(engine, "train", real)
+    monkeypatch.setattr(build, "job", real)
     code, out, _ = cli("sweep", *TINY, "width=16,32,48", f"results_dir={tmp_path}", "name=s")
     assert code == 0 and "1 job(s) ran, 2 already done" in out
 
