@@ -180,12 +180,9 @@ def save(data: CoordData, folder: Path) -> list[Path]:
 
 def figure(data: CoordData, stem: Path) -> list[Path]:
     """Mean |activation| against width, log-log, a panel per step, a line per layer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lrtransfer.plots import STYLE
+    from lrtransfer.style import STYLE, save
 
     n = data.steps + 1
     with plt.rc_context(STYLE):
@@ -206,8 +203,4 @@ def figure(data: CoordData, stem: Path) -> list[Path]:
         axes[0][0].set_ylabel("mean |activation|")
         fig.suptitle(f"coordinate check: {data.describe}, log2 LR {data.log2_lr:g}, {data.seeds} seeds")
         fig.tight_layout()
-        paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-        for p in paths:
-            fig.savefig(p)
-        plt.close(fig)
-    return paths
+    return save(fig, stem)

@@ -14,12 +14,11 @@ one study that share model, data and scale axis form a *family*; each family get
 - `curves`: loss against step at one LR (by default the smallest scale's best),
   a line per scale: how the larger models behave at the transferred LR.
 
-Sizes suit a paper: one panel is a column wide (3.4 in), fonts 7-8 pt.
+The look (sizes, fonts) is `style`'s, shared with the coordinate check and the report.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from collections.abc import Iterator
@@ -34,30 +33,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from lrtransfer.analysis import EDGE_HIGH, EDGE_LOW, Group, maximizes, telling_keys  # noqa: E402
+from lrtransfer.style import COLUMN_WIDTH, LABELS, STYLE, save, signed  # noqa: E402
 
-STYLE = {
-    "figure.dpi": 150,
-    "savefig.dpi": 200,
-    "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.03,
-    "font.size": 8,
-    "axes.titlesize": 7.5,
-    "axes.labelsize": 8,
-    "figure.titlesize": 8.5,
-    "legend.fontsize": 7,
-    "legend.title_fontsize": 7,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.25,
-    "lines.linewidth": 1.2,
-    "pdf.fonttype": 42,  # embed TrueType: text stays text in the PDF
-}
-LABELS = {"train_loss": "final training loss", "eval_loss": "held-out loss", "eval_acc": "held-out accuracy"}
 KINDS = ("lr", "transfer", "curves")
-COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 _FAMILY_KEYS = ("study", "model.name", "data.name")
 _DESCRIBED = ("study", "model.name", "data.name", "optim.name", "param.name", "train.steps", "train.batch_size")
 
@@ -113,11 +91,6 @@ def description(family: list[Group]) -> str:
         parts.append(steps)
     rest = [f"{k}={v}" for k, v in common.items() if k not in _DESCRIBED and k not in other]
     return " · ".join(str(p) for p in parts if p is not None) + (f" · {', '.join(rest)}" if rest else "")
-
-
-def signed(v: float, spec: str = "+.2f") -> str:
-    """A number with a true minus sign, as the axes print it."""
-    return format(v, spec).replace("-", "\u2212")
 
 
 def drift_words(g: Group) -> str:
@@ -348,17 +321,5 @@ def save_figures(groups: list[Group], out: Path, metric: str = "train_loss", cur
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for stem, fig in figures(groups, metric, curves_lr):
-        path = out / f"{stem}.png"
-        with plt.rc_context(STYLE):
-            fig.savefig(path)
-            fig.savefig(path.with_suffix(".pdf"))
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save(fig, out / stem)[0])
     return paths
-
-
-def png_bytes(fig) -> bytes:
-    buf = io.BytesIO()
-    with plt.rc_context(STYLE):
-        fig.savefig(buf, format="png")
-    return buf.getvalue()

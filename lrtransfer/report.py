@@ -16,7 +16,8 @@ import pandas as pd
 
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
-from lrtransfer.plots import LABELS, description, drift_words, families, family_figures, panel_labels, png_bytes
+from lrtransfer.plots import description, drift_words, families, family_figures, panel_labels
+from lrtransfer.style import LABELS, png_bytes
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
