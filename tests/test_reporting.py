@@ -167,3 +167,23 @@ def test_training_curves_at_a_diverging_lr(two_params):
     assert sp.get_ylim()[1] < 3  # the blow-up leaves the top; the curves that trained fill the view
     assert "log$_2$ LR \u22125" in sp.get_title()
     plt.close(fig)
+
+
+def test_a_studys_figures_are_the_same_alone_and_beside_other_studies(cli, tmp_path):
+    """`plot DIR` on a folder of studies with other optimizers and parameterizations draws each study as alone."""
+    def sgd_study(root):
+        for w in (64, 128):
+            fake_record(root, width=w, optim="sgd", optim_keys={"momentum": 0.9, "nesterov": False}, name="a")
+
+    sgd_study(tmp_path / "alone")
+    sgd_study(tmp_path / "all")
+    for w in (64, 128):
+        fake_record(tmp_path / "all", width=w, param="mup", param_keys={"base_width": 128}, name="b")
+        fake_record(tmp_path / "all", width=w, param="equalized", param_keys={"gain": 2.0}, name="b")
+    for root in ("alone", "all"):
+        code, _, err = cli("plot", str(tmp_path / root), "--out", str(tmp_path / f"fig-{root}"))
+        assert code == 0, err
+    alone = sorted((tmp_path / "fig-alone").glob("*.png"))
+    assert len(alone) == 3 and len(list((tmp_path / "fig-all").glob("*.png"))) == 6
+    for p in alone:  # same size, same title, same everything
+        assert (tmp_path / "fig-all" / p.name).read_bytes() == p.read_bytes(), p.name

@@ -83,8 +83,7 @@ class ScaleOptima:
 
 def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Group]:
     """Every group of `df`, analysed. Deterministic: resampling uses a fixed `seed`."""
-    axis, parts = partition(df)
-    return [analyse(sub, axis, fixed, metric, np.random.default_rng(seed), n_resamples) for fixed, sub in parts]
+    return [analyse(sub, axis, fixed, metric, np.random.default_rng(seed), n_resamples) for axis, fixed, sub in partition(df)]
 
 
 def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.random.Generator, n_resamples: int) -> Group:

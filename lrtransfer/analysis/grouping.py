@@ -37,21 +37,43 @@ def scale_axis(df: pd.DataFrame) -> str:
     return SCALE_AXES[0]
 
 
-def partition(df: pd.DataFrame) -> tuple[str, list[tuple[dict, pd.DataFrame]]]:
-    """The scale axis, and each group's defining values (`fixed`) with its runs."""
+def partition(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
+    """Each group's scale axis, defining values (`fixed`) and runs; studies in name order.
+
+    Each study is grouped on its own, so that what a study's groups are called
+    never depends on the other studies in the folder.
+    """
+    return [part for _, rows in df.groupby("study", sort=True) for part in _study_groups(rows)]
+
+
+def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
+    df = df.dropna(axis=1, how="all")  # keys no job of this study has (other studies' options), or all null
     axis = scale_axis(df)
     keys = [c for c in config_columns(df) if c != axis]
-    varying = [c for c in keys if df[c].astype(str).nunique(dropna=False) > 1]
     shown = [*SHOWN, *(a for a in SCALE_AXES if a != axis)]
-    shown += [c for c in varying if c not in shown]
+    shown += [c for c in varying(df, keys) if c not in shown]
     out = []
     for _, sub in df.groupby(keys, dropna=False, sort=True):
         # values from the rows themselves: groupby's keys turn integers beside NaN into floats
         fixed_all = sub.iloc[0][keys].to_dict()
         # a key this group's config does not have (another parameterization's) is not shown
         fixed = {k: plain(fixed_all[k]) for k in shown if k in fixed_all}
-        out.append(({k: v for k, v in fixed.items() if v is not None}, sub))
-    return axis, out
+        out.append((axis, {k: v for k, v in fixed.items() if v is not None}, sub))
+    return out
+
+
+def varying(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The keys that take more than one value among the runs that have them.
+
+    A key that some runs lack (an option's own key, such as muP's `param.base_width`
+    beside SP) does not vary for that: only two values of it do. A key set to null
+    is a value (`data.train_size` None against 1000 varies).
+    """
+    def values(c: str) -> pd.Series:
+        text = df[c].astype(str)  # a missing key reads "nan", a null one "None"
+        return text[text != "nan"]
+
+    return [c for c in keys if values(c).nunique() > 1]
 
 
 def telling_keys(fixeds: list[dict]) -> list[str]:

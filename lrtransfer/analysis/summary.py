@@ -40,12 +40,12 @@ def overview(runs: pd.DataFrame) -> tuple[list[dict], dict]:
     """
     if runs.empty:
         return [], {}
-    axis, parts = partition(runs)
-    fixeds = [f for f, _ in parts]
+    parts = partition(runs)
+    fixeds = [f for _, f, _ in parts]
     varying = [k for k in telling_keys(fixeds) if k != "study"]
     shared = {k: v for k, v in fixeds[0].items() if k != "study" and all(str(f.get(k)) == str(v) for f in fixeds)}
     rows = []
-    for fixed, sub in sorted(parts, key=lambda p: str(p[0].get("study"))):
+    for axis, fixed, sub in parts:
         rows.append({
             "study": str(fixed.get("study")),
             "group": "  ".join(f"{k}={fixed[k]}" for k in varying if k in fixed) or "-",
