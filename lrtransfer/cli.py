@@ -234,12 +234,15 @@ def _echo_warnings(groups) -> None:
 def _print_summary(doc: dict) -> None:
     from rich.table import Table
 
+    from lrtransfer.analysis import metric_noun
+
     console = _console()
+    best = f"best {metric_noun(doc['metric'])}"
     for g in doc["groups"]:
         title = "  ".join(f"{k}={v}" for k, v in g["fixed"].items())
         table = Table(title=title, title_justify="left")
         cost_lr = _fmt(g.get("transfer_log2_lr"), "+g")
-        for col in (g["axis"], "best log2 LR", "95% interval", "grid best", "best loss", "seeds", "diverged",
+        for col in (g["axis"], "best log2 LR", "95% interval", "grid best", best, "seeds", "diverged",
                     f"cost at {cost_lr}"):
             table.add_column(col, justify="right")
         for i, s in enumerate(g["scales"]):

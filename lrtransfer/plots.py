@@ -6,9 +6,9 @@ one study that share model, data and scale axis form a *family*; each family get
 - `lr`: loss against log2 LR, a panel per group (parameterization, optimizer, ...:
   whatever varies), shared y axis, a line per scale coloured in scale order, the
   standard error over seeds as a band, a dot on each scale's sub-grid optimum
-  (hollow when it sits on the grid edge and is not located), a cross at the top
-  edge where a run diverged, and a y range taken from the finite data so a
-  blow-up does not flatten the basin;
+  (hollow when it sits on the grid edge and is not located), a cross at the
+  worst edge (top for a loss, bottom for accuracy) where a run diverged, and a y
+  range taken from the finite data so a blow-up does not flatten the basin;
 - `transfer`: optimal log2 LR against log2 scale, a line per group, with 95%
   intervals per scale and the fitted drift with its band;
 - `curves`: loss against step at one LR (by default the smallest scale's best),
@@ -129,10 +129,12 @@ def _scale_legend(fig, axes, family: list[Group], colors: dict, extra: list) -> 
         fig.legend(handles=handles + extra, title=title, frameon=False, loc="outside right center")
 
 
-def _mark_top(ax, xs, i: int, color) -> None:
-    """Crosses at the top edge; one row per scale so that crosses of several scales stay visible."""
+def _mark_diverged(ax, xs, i: int, color, maximize: bool = False) -> None:
+    """Crosses at the worst edge (top for a loss, bottom for accuracy); one row per scale so that
+    crosses of several scales stay visible."""
     tr = blended_transform_factory(ax.transData, ax.transAxes)
-    ax.scatter(xs, np.full(len(xs), 1.0 - 0.035 * i), transform=tr, marker="x", color=color, s=12,
+    y = 0.035 * i if maximize else 1.0 - 0.035 * i
+    ax.scatter(xs, np.full(len(xs), y), transform=tr, marker="x", color=color, s=12,
                linewidths=0.9, clip_on=False, zorder=5, gid="diverged")
 
 
@@ -161,7 +163,7 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
                 bad = c["n_diverged"].to_numpy() > 0
                 if bad.any():
                     any_div = True
-                    _mark_top(ax, x[bad], list(colors).index(scale), color)
+                    _mark_diverged(ax, x[bad], list(colors).index(scale), color, maximize)
                 if g.best_log2_lr[i] is not None:
                     edge = g.optimum[i] in (EDGE_LOW, EDGE_HIGH)
                     ax.scatter([g.best_log2_lr[i]], [g.best_loss_subgrid[i]], s=22, zorder=6, linewidth=0.7,
@@ -251,7 +253,7 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
                     shown.append(smooth[np.isfinite(smooth)])
                 if diverged:
                     any_div = True
-                    _mark_top(ax, [step[-1]], list(colors).index(scale), colors[scale])
+                    _mark_diverged(ax, [step[-1]], list(colors).index(scale), colors[scale])
             what = "" if log2_lr is not None else f" (best of {g.axis} {g.scales[0]})"
             ax.set_title((f"{label}\n" if label else "") + ("no runs" if lr is None else f"log$_2$ LR {signed(lr, 'g')}{what}"))
             ax.set_xlabel("step")

@@ -187,3 +187,16 @@ def test_a_studys_figures_are_the_same_alone_and_beside_other_studies(cli, tmp_p
     assert len(alone) == 3 and len(list((tmp_path / "fig-all").glob("*.png"))) == 6
     for p in alone:  # same size, same title, same everything
         assert (tmp_path / "fig-all" / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_for_accuracy_diverged_crosses_sit_at_the_bottom_and_text_says_accuracy(cli, two_params):
+    gs = analysis.groups(analysis.load_runs(two_params), metric="eval_acc")
+    fig = plots.lr_figure(plots.families(gs)[0], metric="eval_acc")
+    (crosses,) = [c for c in fig.axes[1].collections if c.get_gid() == "diverged"]
+    assert (crosses.get_offsets()[:, 1] < 0.15).all()  # axes coordinates: the worst edge of an accuracy axis
+    plt.close(fig)
+    code, out, err = cli("summary", str(two_params), "--metric", "eval_acc")
+    assert code == 0, err
+    assert "best accuracy" in out and "best loss" not in out
+    code, out, err = cli("summary", str(two_params))
+    assert "best loss" in out and "accuracy" not in out

@@ -20,6 +20,7 @@ from lrtransfer.analysis.records import (
     export_frame,
     load_runs,
     maximizes,
+    metric_noun,
     scan,
 )
 from lrtransfer.analysis.statistics import (
@@ -49,7 +50,7 @@ __all__ = [
     "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "HISTORY_COLUMNS", "INTERIOR", "LOCATED", "METRICS", "N_RESAMPLES",
     "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE", "VERDICTS", "Fit", "Group",
     "NoRecordsError", "Optima", "ScaleOptima", "Scan", "SkippedRecordWarning", "analyse", "config_columns",
-    "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs", "maximizes", "overview",
+    "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs", "maximizes", "metric_noun", "overview",
     "partition", "scale_axis", "scan", "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys",
     "transfer_cost", "verdict",
 ]

@@ -50,6 +50,11 @@ def maximizes(metric: str) -> bool:
     return metric == "eval_acc"
 
 
+def metric_noun(metric: str) -> str:
+    """What a metric measures, for "best ..." in tables and titles."""
+    return "accuracy" if maximizes(metric) else "loss"
+
+
 @dataclass
 class Scan:
     """Everything found below a results folder."""
