@@ -200,3 +200,24 @@ def test_for_accuracy_diverged_crosses_sit_at_the_bottom_and_text_says_accuracy(
     assert "best accuracy" in out and "best loss" not in out
     code, out, err = cli("summary", str(two_params))
     assert "best loss" in out and "accuracy" not in out
+
+
+def test_report_names_each_study_shows_figures_at_one_type_size_and_leaves_out_the_engine(cli, two_params, tmp_path):
+    for w in (64, 128):
+        fake_record(two_params, width=w, name="other")
+    out = tmp_path / "r.html"
+    code, _, err = cli("report", str(two_params), "--out", str(out))
+    assert code == 0, err
+    text = out.read_text()
+    headings = re.findall(r"<h2>(.*?)</h2>", text)
+    studies = [h for h in headings if h.startswith("study ")]
+    assert len(studies) == 2 and len(set(studies)) == 2
+    assert studies[0].startswith("study other: ") and studies[1].startswith("study study: ")
+    # shown width / pixel width is one number for every figure: text shows at one size
+    images = re.findall(r"style='width:([0-9.]+)%' src='data:image/png;base64,([^']+)'", text)
+    assert len(images) == 6
+    ratios = {round(float(w) / int.from_bytes(base64.b64decode(b)[16:20], "big"), 5) for w, b in images}
+    assert len(ratios) == 1
+    widths = {int.from_bytes(base64.b64decode(b)[16:20], "big") for _, b in images}
+    assert len(widths) > 1  # one- and two-panel figures alike
+    assert "engine." not in text and "lr.log2_min" in text
