@@ -33,7 +33,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from lrtransfer.analysis import EDGE_HIGH, EDGE_LOW, Group, maximizes, telling_keys  # noqa: E402
-from lrtransfer.style import COLUMN_WIDTH, LABELS, STYLE, save, signed  # noqa: E402
+from lrtransfer.style import COLUMN_WIDTH, LABELS, STYLE, fit_titles, save, signed  # noqa: E402
 
 KINDS = ("lr", "transfer", "curves")
 _FAMILY_KEYS = ("study", "model.name", "data.name")
@@ -61,11 +61,33 @@ def y_limits(values: np.ndarray, maximize: bool = False) -> tuple[float, float]:
 
 
 def families(groups: list[Group]) -> list[list[Group]]:
-    """Groups of one study, model, data and axis: the panels of one figure."""
+    """Groups of one study, model, data and axis: the panels of one figure, in `panel_order`."""
     out: dict[tuple, list[Group]] = {}
     for g in groups:
         out.setdefault((g.axis, *(str(g.fixed.get(k)) for k in _FAMILY_KEYS)), []).append(g)
-    return list(out.values())
+    return [panel_order(family) for family in out.values()]
+
+
+BASELINE = {"param.name": "standard"}  # SP: what every other parameterization is read against
+
+
+def panel_order(family: list[Group]) -> list[Group]:
+    """The baseline (SP) first, then the others by what tells them apart, numbers by value."""
+    keys = telling_keys([g.fixed for g in family])
+
+    def key(g: Group):
+        baseline = all(str(g.fixed.get(k)) == v for k, v in BASELINE.items())
+        return (not baseline, [natural(str(g.fixed.get(k))) for k in keys])
+
+    return sorted(family, key=key)
+
+
+def natural(s: str) -> tuple:
+    """Sort key: numbers before text, numbers by value (gain 2 before gain 10)."""
+    try:
+        return (0, float(s), s)
+    except ValueError:
+        return (1, 0.0, s)
 
 
 def panel_labels(family: list[Group]) -> list[str]:
@@ -120,8 +142,9 @@ def _grid(n: int, width: float, height: float, sharey: bool, legend: bool):
     return fig, list(axes.flat[:n])
 
 
-def _scale_legend(fig, axes, family: list[Group], colors: dict, extra: list) -> None:
-    handles = [Line2D([], [], color=c, marker="o", markersize=2.5, label=str(s)) for s, c in colors.items()]
+def _scale_legend(fig, axes, family: list[Group], colors: dict, extra: list, marker: str | None = "o") -> None:
+    """A line per scale, drawn as the figure draws its lines (`marker`), then the `extra` symbols."""
+    handles = [Line2D([], [], color=c, marker=marker, markersize=2.5, label=str(s)) for s, c in colors.items()]
     title = f"{family[0].axis}"
     if len(axes) == 1:
         axes[0].legend(handles=handles + extra, title=title, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -184,6 +207,7 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
         seeds = max(max(g.n_seeds) for g in family)
         band = f", mean ± s.e. over {seeds} seeds" if seeds > 1 else ", 1 seed"
         fig.suptitle(f"{description(family)}\n{LABELS.get(metric, metric)} vs learning rate{band}")
+        fit_titles(fig)
     return fig
 
 
@@ -220,7 +244,13 @@ def transfer_figure(family: list[Group], metric: str = "train_loss"):
         ax.set_xticks(np.log2(scales), [str(s) for s in scales])
         ax.set_xlabel(f"{family[0].axis} (log scale)")
         ax.set_ylabel("optimal log$_2$ learning rate")
-        fig.legend(frameon=False, loc="outside lower center")
+        handles, _ = ax.get_legend_handles_labels()
+        kinds = {k for g in family for k in g.optimum}
+        for kind, marker, edge, side in ((EDGE_LOW, "v", "lowest", "below"), (EDGE_HIGH, "^", "highest", "above")):
+            if kind in kinds:
+                handles.append(Line2D([], [], ls="", marker=marker, markerfacecolor="white", markeredgecolor="grey",
+                                      markersize=5, label=f"best at the grid's {edge} LR: optimum {side}, not fitted"))
+        fig.legend(handles=handles, frameon=False, loc="outside lower center")
         fig.suptitle(f"{description(family)}\noptimum of the {LABELS.get(metric, metric)}; 95% intervals")
     return fig
 
@@ -228,8 +258,8 @@ def transfer_figure(family: list[Group], metric: str = "train_loss"):
 def curves_figure(family: list[Group], log2_lr: float | None = None, window: int = 9):
     """Training loss against step at one LR (default: each group's transferred LR), a line per scale.
 
-    Recorded losses are single-batch losses, so the faint lines (as recorded, mean
-    over seeds) are noisy; the solid lines are their centred running mean over
+    Recorded losses are single-batch losses, so the faint lines (as recorded, the mean
+    over seeds where there are several) are noisy; the solid lines are their centred running mean over
     `window` recorded points, and the title says so.
     """
     with plt.rc_context(STYLE):
@@ -247,10 +277,10 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
                     continue
                 step, mean, diverged = _mean_history(r)
                 smooth = running_mean(mean, window)
-                ax.plot(step, mean, color=colors[scale], alpha=0.25, linewidth=0.6)
+                ax.plot(step, mean, color=colors[scale], alpha=0.25, linewidth=0.6, gid="recorded")
                 ax.plot(step, smooth, color=colors[scale])
-                if not diverged:  # the y range comes from the runs that trained; blow-ups leave the top
-                    shown.append(smooth[np.isfinite(smooth)])
+                if not diverged:  # the y range holds the runs that trained, as recorded; blow-ups leave the top
+                    shown.append(mean[np.isfinite(mean)])
                 if diverged:
                     any_div = True
                     _mark_diverged(ax, [step[-1]], list(colors).index(scale), colors[scale])
@@ -264,8 +294,11 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
         for ax in axes[:: min(len(axes), PANELS_PER_ROW)]:
             ax.set_ylabel("training loss")
         extra = [Line2D([], [], ls="", marker="x", color="grey", markersize=4, label="diverged")] if any_div else []
-        _scale_legend(fig, axes, family, colors, extra)
-        fig.suptitle(f"{description(family)}\ntraining loss (mean over seeds; solid: running mean of {window} points)")
+        _scale_legend(fig, axes, family, colors, extra, marker=None)
+        seeds = max(max(g.n_seeds) for g in family)
+        faint = f"mean over {seeds} seeds" if seeds > 1 else "1 seed"
+        fig.suptitle(f"{description(family)}\ntraining loss ({faint}; solid: running mean of {window} points)")
+        fit_titles(fig)
     return fig
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
-from lrtransfer.plots import description, drift_words, families, family_figures, panel_labels
+from lrtransfer.plots import description, drift_words, families, family_figures, natural, panel_labels
 from lrtransfer.style import DPI, LABELS, png_bytes
 
 # Figures show at this many CSS pixels per inch of figure while they fit the page; a wider
@@ -103,18 +103,11 @@ def config_table(runs: pd.DataFrame) -> str:
     cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id") and not c.startswith("engine.")]
     same, varies = [], []
     for c in sorted(cols):
-        values = sorted({str(v) for v in runs[c]}, key=_natural)
+        values = sorted({str(v) for v in runs[c]}, key=natural)
         (same if len(values) == 1 else varies).append((c, values))
     rows = [f"<tr><td class='k'>{_e(c)}</td><td class='k'>{_e(v[0])}</td></tr>" for c, v in same]
     rows += [f"<tr><td class='k'>{_e(c)}</td><td class='k'><b>{_e(', '.join(v))}</b></td></tr>" for c, v in varies]
     return f"<table><tr><th class='k'>key</th><th class='k'>value (bold: varies)</th></tr>{''.join(rows)}</table>"
-
-
-def _natural(s: str):
-    try:
-        return (0, float(s), s)
-    except ValueError:
-        return (1, 0.0, s)
 
 
 def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_lr: float | None = None) -> str:

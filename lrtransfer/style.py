@@ -64,3 +64,35 @@ def png_bytes(fig) -> bytes:
     with plt.rc_context(STYLE):
         fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+SEPARATOR = " · "
+
+
+def fit_titles(fig) -> None:
+    """Rewrap each axes title that is wider than its axes at its ` · ` separators, so that
+    titles of neighbouring panels never run into each other.
+
+    Titles are measured after a draw (the layout has placed the axes); a part that
+    alone is wider than its axes stays on its own line.
+    """
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        title = ax.title
+        room = ax.get_window_extent(renderer).width
+        if not ax.get_visible() or not title.get_text() or title.get_window_extent(renderer).width <= room:
+            continue
+        lines = []
+        for line in title.get_text().split("\n"):
+            current = ""
+            for part in line.split(SEPARATOR):
+                trial = part if not current else current + SEPARATOR + part
+                title.set_text(trial)
+                if current and title.get_window_extent(renderer).width > room:
+                    lines.append(current)
+                    current = part
+                else:
+                    current = trial
+            lines.append(current)
+        title.set_text("\n".join(lines))
