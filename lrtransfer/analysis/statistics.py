@@ -1,7 +1,8 @@
 """Statistics: where each scale's optimum lies, how far it moves, and how sure we are.
 
-Within a group (see `grouping`) each scale gets one curve, the mean over seeds at each learning rate (a
-point where any seed diverged is a diverged point and never wins).
+Within a group (see `grouping`) each scale gets one curve, the mean over seeds at
+each learning rate (a point where any seed diverged is a diverged point and never
+wins).
 
 - Each scale's optimum is located below the grid spacing by the parabola through
   the grid minimum and its two neighbours in log2 LR. The parabola is exact for a
