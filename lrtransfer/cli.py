@@ -151,17 +151,10 @@ def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> N
     for col, just in [("study", "left"), ("group", "left"), ("axis", "left"), ("scales", "left"),
                       ("jobs", "right"), ("runs", "right"), ("diverged", "right")]:
         table.add_column(col, justify=just)
-    shared = {}
-    if not found.runs.empty:
-        axis, parts = analysis.partition(found.runs)
-        fixeds = [f for f, _ in parts]
-        varying = [k for k in analysis.telling_keys(fixeds) if k != "study"]
-        shared = {k: v for k, v in fixeds[0].items() if k != "study" and all(str(f.get(k)) == str(v) for f in fixeds)}
-        for fixed, sub in sorted(parts, key=lambda p: str(p[0].get("study"))):
-            label = "  ".join(f"{k}={fixed[k]}" for k in varying if k in fixed) or "-"
-            scales = ",".join(str(int(s)) for s in sorted(sub[axis].unique()))
-            table.add_row(str(fixed.get("study")), label, axis, scales, str(sub["job_id"].nunique()),
-                          str(len(sub)), str(int(sub["diverged"].sum())))
+    rows, shared = analysis.overview(found.runs)
+    for r in rows:
+        table.add_row(r["study"], r["group"], r["axis"], ",".join(map(str, r["scales"])), str(r["jobs"]),
+                      str(r["runs"]), str(r["diverged"]))
     console = _console()
     console.print(table)
     if shared:
@@ -241,12 +234,15 @@ def _echo_warnings(groups) -> None:
 def _print_summary(doc: dict) -> None:
     from rich.table import Table
 
+    from lrtransfer.analysis import metric_noun
+
     console = _console()
+    best = f"best {metric_noun(doc['metric'])}"
     for g in doc["groups"]:
         title = "  ".join(f"{k}={v}" for k, v in g["fixed"].items())
         table = Table(title=title, title_justify="left")
         cost_lr = _fmt(g.get("transfer_log2_lr"), "+g")
-        for col in (g["axis"], "best log2 LR", "95% interval", "grid best", "best loss", "seeds", "diverged",
+        for col in (g["axis"], "best log2 LR", "95% interval", "grid best", best, "seeds", "diverged",
                     f"cost at {cost_lr}"):
             table.add_column(col, justify="right")
         for i, s in enumerate(g["scales"]):

@@ -166,8 +166,12 @@ def slope_table(data: CoordData) -> str:
     head = f"{'layer':<12}" + "".join(f"{f'step {t}':>9}" for t in range(data.steps + 1))
     rows = [head]
     for layer, slopes in data.slopes().items():
-        rows.append(f"{layer:<12}" + "".join(f"{'-' if s is None else format(s, '+.2f'):>9}" for s in slopes))
+        rows.append(f"{layer:<12}" + "".join(f"{_signed(s):>9}" for s in slopes))
     return "\n".join(rows)
+
+
+def _signed(slope: float | None) -> str:
+    return "-" if slope is None else format(slope, "+.2f")
 
 
 def save(data: CoordData, folder: Path) -> list[Path]:
@@ -178,35 +182,48 @@ def save(data: CoordData, folder: Path) -> list[Path]:
 
 
 def figure(data: CoordData, stem: Path) -> list[Path]:
-    """Mean |activation| against width, log-log, a panel per step, a line per layer."""
-    import matplotlib
+    """The coordinate check's figure as `stem`.png and .pdf."""
+    from lrtransfer.style import save
 
-    matplotlib.use("Agg")
+    return save(coord_figure(data), stem)
+
+
+def coord_figure(data: CoordData):
+    """Mean |activation| against width, log-log, a panel per step, a line per layer.
+
+    A value of 0 (muP's zero-initialised readout at init) has no place on a log
+    axis: the panel says so in a note instead of dropping the line silently.
+    """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    from lrtransfer.plots import STYLE
+    from lrtransfer.style import STYLE
 
     n = data.steps + 1
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, n, figsize=(1.9 * n + 0.6, 2.3), sharey=True, squeeze=False)
+        fig, axes = plt.subplots(1, n, figsize=(1.9 * n + 1.2, 2.3), sharey=True, squeeze=False, layout="constrained")
         colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.9, len(data.layers)))
         for t, ax in enumerate(axes[0]):
+            zero = []
             for layer, color in zip(data.layers, colors):
                 v = np.asarray(data.values[layer][t], dtype=float)
                 ok = np.isfinite(v) & (v > 0)
-                s = data.slope(layer, t)
-                label = f"{layer} ({'-' if s is None else format(s, '+.2f')})"
-                ax.plot(np.asarray(data.widths)[ok], v[ok], "o-", ms=2.5, color=color, label=label)
+                ax.plot(np.asarray(data.widths)[ok], v[ok], "o-", ms=2.5, color=color)
+                if (v == 0).any():
+                    zero.append(layer)
+            if zero:
+                when = "at init" if t == 0 else "here"
+                ax.text(0.03, 0.03, "\n".join(f"{layer}: 0 {when} (not drawn)" for layer in zero), transform=ax.transAxes,
+                        fontsize=6, color="dimgrey", va="bottom", gid="zero-note")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title("init" if t == 0 else f"after {t} step{'s' * (t > 1)}")
             ax.set_xlabel("width")
-        axes[0][-1].legend(title="layer (slope)", loc="best")
+        last = data.steps
+        handles = [Line2D([], [], marker="o", ms=2.5, color=color, label=f"{layer} ({_signed(data.slope(layer, last))})")
+                   for layer, color in zip(data.layers, colors)]
+        fig.legend(handles=handles, title=f"layer (slope after {last} step{'s' * (last > 1)})", loc="outside right center",
+                   frameon=False)
         axes[0][0].set_ylabel("mean |activation|")
         fig.suptitle(f"coordinate check: {data.title}, log2 LR {data.log2_lr:g}, {data.seeds} seeds")
-        fig.tight_layout()
-        paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-        for p in paths:
-            fig.savefig(p)
-        plt.close(fig)
-    return paths
+    return fig

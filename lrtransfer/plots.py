@@ -6,20 +6,19 @@ one study that share model, data and scale axis form a *family*; each family get
 - `lr`: loss against log2 LR, a panel per group (parameterization, optimizer, ...:
   whatever varies), shared y axis, a line per scale coloured in scale order, the
   standard error over seeds as a band, a dot on each scale's sub-grid optimum
-  (hollow when it sits on the grid edge and is not located), a cross at the top
-  edge where a run diverged, and a y range taken from the finite data so a
-  blow-up does not flatten the basin;
+  (hollow when it sits on the grid edge and is not located), a cross at the
+  worst edge (top for a loss, bottom for accuracy) where a run diverged, and a y
+  range taken from the finite data so a blow-up does not flatten the basin;
 - `transfer`: optimal log2 LR against log2 scale, a line per group, with 95%
   intervals per scale and the fitted drift with its band;
 - `curves`: loss against step at one LR (by default the smallest scale's best),
   a line per scale: how the larger models behave at the transferred LR.
 
-Sizes suit a paper: one panel is a column wide (3.4 in), fonts 7-8 pt.
+The look (sizes, fonts) is `style`'s, shared with the coordinate check and the report.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from collections.abc import Iterator
@@ -34,30 +33,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from lrtransfer.analysis import EDGE_HIGH, EDGE_LOW, Group, maximizes, telling_keys  # noqa: E402
+from lrtransfer.style import COLUMN_WIDTH, LABELS, STYLE, fit_titles, save, signed  # noqa: E402
 
-STYLE = {
-    "figure.dpi": 150,
-    "savefig.dpi": 200,
-    "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.03,
-    "font.size": 8,
-    "axes.titlesize": 7.5,
-    "axes.labelsize": 8,
-    "figure.titlesize": 8.5,
-    "legend.fontsize": 7,
-    "legend.title_fontsize": 7,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.25,
-    "lines.linewidth": 1.2,
-    "pdf.fonttype": 42,  # embed TrueType: text stays text in the PDF
-}
-LABELS = {"train_loss": "final training loss", "eval_loss": "held-out loss", "eval_acc": "held-out accuracy"}
 KINDS = ("lr", "transfer", "curves")
-COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 _FAMILY_KEYS = ("study", "model.name", "data.name")
 _DESCRIBED = ("study", "model.name", "data.name", "optim.name", "param.name", "train.steps", "train.batch_size")
 
@@ -83,11 +61,33 @@ def y_limits(values: np.ndarray, maximize: bool = False) -> tuple[float, float]:
 
 
 def families(groups: list[Group]) -> list[list[Group]]:
-    """Groups of one study, model, data and axis: the panels of one figure."""
+    """Groups of one study, model, data and axis: the panels of one figure, in `panel_order`."""
     out: dict[tuple, list[Group]] = {}
     for g in groups:
         out.setdefault((g.axis, *(str(g.fixed.get(k)) for k in _FAMILY_KEYS)), []).append(g)
-    return list(out.values())
+    return [panel_order(family) for family in out.values()]
+
+
+BASELINE = {"param.name": "standard"}  # SP: what every other parameterization is read against
+
+
+def panel_order(family: list[Group]) -> list[Group]:
+    """The baseline (SP) first, then the others by what tells them apart, numbers by value."""
+    keys = telling_keys([g.fixed for g in family])
+
+    def key(g: Group):
+        baseline = all(str(g.fixed.get(k)) == v for k, v in BASELINE.items())
+        return (not baseline, [natural(str(g.fixed.get(k))) for k in keys])
+
+    return sorted(family, key=key)
+
+
+def natural(s: str) -> tuple:
+    """Sort key: numbers before text, numbers by value (gain 2 before gain 10)."""
+    try:
+        return (0, float(s), s)
+    except ValueError:
+        return (1, 0.0, s)
 
 
 def panel_labels(family: list[Group]) -> list[str]:
@@ -113,11 +113,6 @@ def description(family: list[Group]) -> str:
         parts.append(steps)
     rest = [f"{k}={v}" for k, v in common.items() if k not in _DESCRIBED and k not in other]
     return " · ".join(str(p) for p in parts if p is not None) + (f" · {', '.join(rest)}" if rest else "")
-
-
-def signed(v: float, spec: str = "+.2f") -> str:
-    """A number with a true minus sign, as the axes print it."""
-    return format(v, spec).replace("-", "\u2212")
 
 
 def drift_words(g: Group) -> str:
@@ -147,8 +142,9 @@ def _grid(n: int, width: float, height: float, sharey: bool, legend: bool):
     return fig, list(axes.flat[:n])
 
 
-def _scale_legend(fig, axes, family: list[Group], colors: dict, extra: list) -> None:
-    handles = [Line2D([], [], color=c, marker="o", markersize=2.5, label=str(s)) for s, c in colors.items()]
+def _scale_legend(fig, axes, family: list[Group], colors: dict, extra: list, marker: str | None = "o") -> None:
+    """A line per scale, drawn as the figure draws its lines (`marker`), then the `extra` symbols."""
+    handles = [Line2D([], [], color=c, marker=marker, markersize=2.5, label=str(s)) for s, c in colors.items()]
     title = f"{family[0].axis}"
     if len(axes) == 1:
         axes[0].legend(handles=handles + extra, title=title, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -156,10 +152,12 @@ def _scale_legend(fig, axes, family: list[Group], colors: dict, extra: list) -> 
         fig.legend(handles=handles + extra, title=title, frameon=False, loc="outside right center")
 
 
-def _mark_top(ax, xs, i: int, color) -> None:
-    """Crosses at the top edge; one row per scale so that crosses of several scales stay visible."""
+def _mark_diverged(ax, xs, i: int, color, maximize: bool = False) -> None:
+    """Crosses at the worst edge (top for a loss, bottom for accuracy); one row per scale so that
+    crosses of several scales stay visible."""
     tr = blended_transform_factory(ax.transData, ax.transAxes)
-    ax.scatter(xs, np.full(len(xs), 1.0 - 0.035 * i), transform=tr, marker="x", color=color, s=12,
+    y = 0.035 * i if maximize else 1.0 - 0.035 * i
+    ax.scatter(xs, np.full(len(xs), y), transform=tr, marker="x", color=color, s=12,
                linewidths=0.9, clip_on=False, zorder=5, gid="diverged")
 
 
@@ -188,7 +186,7 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
                 bad = c["n_diverged"].to_numpy() > 0
                 if bad.any():
                     any_div = True
-                    _mark_top(ax, x[bad], list(colors).index(scale), color)
+                    _mark_diverged(ax, x[bad], list(colors).index(scale), color, maximize)
                 if g.best_log2_lr[i] is not None:
                     edge = g.optimum[i] in (EDGE_LOW, EDGE_HIGH)
                     ax.scatter([g.best_log2_lr[i]], [g.best_loss_subgrid[i]], s=22, zorder=6, linewidth=0.7,
@@ -209,6 +207,7 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
         seeds = max(max(g.n_seeds) for g in family)
         band = f", mean ± s.e. over {seeds} seeds" if seeds > 1 else ", 1 seed"
         fig.suptitle(f"{description(family)}\n{LABELS.get(metric, metric)} vs learning rate{band}")
+        fit_titles(fig)
     return fig
 
 
@@ -245,7 +244,13 @@ def transfer_figure(family: list[Group], metric: str = "train_loss"):
         ax.set_xticks(np.log2(scales), [str(s) for s in scales])
         ax.set_xlabel(f"{family[0].axis} (log scale)")
         ax.set_ylabel("optimal log$_2$ learning rate")
-        fig.legend(frameon=False, loc="outside lower center")
+        handles, _ = ax.get_legend_handles_labels()
+        kinds = {k for g in family for k in g.optimum}
+        for kind, marker, edge, side in ((EDGE_LOW, "v", "lowest", "below"), (EDGE_HIGH, "^", "highest", "above")):
+            if kind in kinds:
+                handles.append(Line2D([], [], ls="", marker=marker, markerfacecolor="white", markeredgecolor="grey",
+                                      markersize=5, label=f"best at the grid's {edge} LR: optimum {side}, not fitted"))
+        fig.legend(handles=handles, frameon=False, loc="outside lower center")
         fig.suptitle(f"{description(family)}\noptimum of the {LABELS.get(metric, metric)}; 95% intervals")
     return fig
 
@@ -253,8 +258,8 @@ def transfer_figure(family: list[Group], metric: str = "train_loss"):
 def curves_figure(family: list[Group], log2_lr: float | None = None, window: int = 9):
     """Training loss against step at one LR (default: each group's transferred LR), a line per scale.
 
-    Recorded losses are single-batch losses, so the faint lines (as recorded, mean
-    over seeds) are noisy; the solid lines are their centred running mean over
+    Recorded losses are single-batch losses, so the faint lines (as recorded, the mean
+    over seeds where there are several) are noisy; the solid lines are their centred running mean over
     `window` recorded points, and the title says so.
     """
     with plt.rc_context(STYLE):
@@ -272,13 +277,13 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
                     continue
                 step, mean, diverged = _mean_history(r)
                 smooth = running_mean(mean, window)
-                ax.plot(step, mean, color=colors[scale], alpha=0.25, linewidth=0.6)
+                ax.plot(step, mean, color=colors[scale], alpha=0.25, linewidth=0.6, gid="recorded")
                 ax.plot(step, smooth, color=colors[scale])
-                if not diverged:  # the y range comes from the runs that trained; blow-ups leave the top
-                    shown.append(smooth[np.isfinite(smooth)])
+                if not diverged:  # the y range holds the runs that trained, as recorded; blow-ups leave the top
+                    shown.append(mean[np.isfinite(mean)])
                 if diverged:
                     any_div = True
-                    _mark_top(ax, [step[-1]], list(colors).index(scale), colors[scale])
+                    _mark_diverged(ax, [step[-1]], list(colors).index(scale), colors[scale])
             what = "" if log2_lr is not None else f" (best of {g.axis} {g.scales[0]})"
             ax.set_title((f"{label}\n" if label else "") + ("no runs" if lr is None else f"log$_2$ LR {signed(lr, 'g')}{what}"))
             ax.set_xlabel("step")
@@ -289,8 +294,11 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
         for ax in axes[:: min(len(axes), PANELS_PER_ROW)]:
             ax.set_ylabel("training loss")
         extra = [Line2D([], [], ls="", marker="x", color="grey", markersize=4, label="diverged")] if any_div else []
-        _scale_legend(fig, axes, family, colors, extra)
-        fig.suptitle(f"{description(family)}\ntraining loss (mean over seeds; solid: running mean of {window} points)")
+        _scale_legend(fig, axes, family, colors, extra, marker=None)
+        seeds = max(max(g.n_seeds) for g in family)
+        faint = f"mean over {seeds} seeds" if seeds > 1 else "1 seed"
+        fig.suptitle(f"{description(family)}\ntraining loss ({faint}; solid: running mean of {window} points)")
+        fit_titles(fig)
     return fig
 
 
@@ -348,17 +356,5 @@ def save_figures(groups: list[Group], out: Path, metric: str = "train_loss", cur
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for stem, fig in figures(groups, metric, curves_lr):
-        path = out / f"{stem}.png"
-        with plt.rc_context(STYLE):
-            fig.savefig(path)
-            fig.savefig(path.with_suffix(".pdf"))
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save(fig, out / stem)[0])
     return paths
-
-
-def png_bytes(fig) -> bytes:
-    buf = io.BytesIO()
-    with plt.rc_context(STYLE):
-        fig.savefig(buf, format="png")
-    return buf.getvalue()

@@ -16,10 +16,17 @@ import pandas as pd
 
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
-from lrtransfer.plots import LABELS, description, drift_words, families, family_figures, panel_labels, png_bytes
+from lrtransfer.plots import description, drift_words, families, family_figures, natural, panel_labels
+from lrtransfer.style import DPI, LABELS, png_bytes
+
+# Figures show at this many CSS pixels per inch of figure while they fit the page; a wider
+# one shrinks every figure of the report alike, so that all show text at one size.
+PX_PER_INCH = 144
+PAGE_PX = 1100  # the body's width (CSS)
+
 
 CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:%dpx;margin:2em auto;padding:0 1em;
 color:#222;line-height:1.4}
 h1{font-size:1.5em}h2{font-size:1.25em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 h3{font-size:1.05em;margin-bottom:.3em}
@@ -27,9 +34,9 @@ table{border-collapse:collapse;margin:.4em 0 1em;font-size:.9em}
 th,td{border:1px solid #ddd;padding:.2em .6em;text-align:right}th{background:#f4f4f4}
 td.k,th.k{text-align:left;font-family:monospace}
 .verdict{font-weight:bold}.warn{color:#9a5b00}.muted{color:#666;font-size:.9em}
-img{max-width:100%;display:block;margin:.5em 0 1.5em}
+img{display:block;margin:.5em 0 1.5em}
 details{margin:.5em 0}
-"""
+""" % PAGE_PX
 
 HOW_TO_READ = f"""
 <p class="muted"><b>How to read this.</b> Each scale's optimum is located below the grid spacing by the
@@ -88,28 +95,23 @@ def _diverged_lrs(g: Group, scale) -> list[float]:
 
 
 def config_table(runs: pd.DataFrame) -> str:
-    """A study's configuration: what all its jobs share, then what varies."""
-    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id")]
+    """A study's configuration: what all its jobs share, then what varies.
+
+    Where and how the jobs ran (`engine.*`: device, threads, chunking) is left out:
+    it changes no result.
+    """
+    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id") and not c.startswith("engine.")]
     same, varies = [], []
     for c in sorted(cols):
-        values = sorted({str(v) for v in runs[c]}, key=_natural)
+        values = sorted({str(v) for v in runs[c]}, key=natural)
         (same if len(values) == 1 else varies).append((c, values))
     rows = [f"<tr><td class='k'>{_e(c)}</td><td class='k'>{_e(v[0])}</td></tr>" for c, v in same]
     rows += [f"<tr><td class='k'>{_e(c)}</td><td class='k'><b>{_e(', '.join(v))}</b></td></tr>" for c, v in varies]
     return f"<table><tr><th class='k'>key</th><th class='k'>value (bold: varies)</th></tr>{''.join(rows)}</table>"
 
 
-def _natural(s: str):
-    try:
-        return (0, float(s), s)
-    except ValueError:
-        return (1, 0.0, s)
-
-
 def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_lr: float | None = None) -> str:
     """The report's HTML text."""
-    import matplotlib.pyplot as plt
-
     runs = scan.runs
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     jobs = runs["job_id"].nunique()
@@ -127,8 +129,10 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
         parts.append("<p class='warn'>" + "<br>".join(_e(s) for s in scan.skipped) + "</p>")
     parts.append(HOW_TO_READ)
 
-    for family in families(groups):
-        parts.append(f"<h2>{_e(description(family))}</h2>")
+    shown = [(family, _pngs(family, metric, curves_lr)) for family in families(groups)]
+    scale = _image_scale([png for _, figs in shown for _, png in figs])
+    for family, figs in shown:
+        parts.append(f"<h2>study {_e(family[0].fixed.get('study', ''))}: {_e(description(family))}</h2>")
         for g, label in zip(family, panel_labels(family)):
             if label:  # a family of one group is named by its heading already
                 parts.append(f"<h3>{_e(label)}</h3>")
@@ -138,16 +142,37 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
             for w in g.warnings:
                 parts.append(f"<p class='warn'>&#9888; {_e(w)}</p>")
             parts.append(group_table(g))
-        for stem, fig in family_figures(family, metric, curves_lr):
-            data = base64.b64encode(png_bytes(fig)).decode("ascii")
-            plt.close(fig)
-            parts.append(f"<img alt='{_e(stem)}' src='data:image/png;base64,{data}'>")
+        for stem, png in figs:
+            data = base64.b64encode(png).decode("ascii")
+            width = f"{100 * _png_width(png) * scale:.2f}%"
+            parts.append(f"<img alt='{_e(stem)}' style='width:{width}' src='data:image/png;base64,{data}'>")
     parts.append("<h2>Configuration</h2>")
     for study, sub in runs.groupby("study", sort=True):
         parts.append(f"<h3>study {_e(study)}</h3>")
         parts.append(f"<details open><summary>{sub['job_id'].nunique()} jobs</summary>{config_table(sub)}</details>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _pngs(family: list[Group], metric: str, curves_lr: float | None) -> list[tuple[str, bytes]]:
+    import matplotlib.pyplot as plt
+
+    out = []
+    for stem, fig in family_figures(family, metric, curves_lr):
+        out.append((stem, png_bytes(fig)))
+        plt.close(fig)
+    return out
+
+
+def _image_scale(pngs: list[bytes]) -> float:
+    """The fraction of the page width per PNG pixel, one for every figure of the report."""
+    widest = max((_png_width(p) for p in pngs), default=1)
+    return 1 / max(widest, PAGE_PX * DPI / PX_PER_INCH)
+
+
+def _png_width(png: bytes) -> int:
+    """Pixel width from the PNG header (IHDR: width at bytes 16..20, big-endian)."""
+    return int.from_bytes(png[16:20], "big")
 
 
 def write(path: Path, text: str) -> Path:

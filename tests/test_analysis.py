@@ -12,7 +12,7 @@ from lrtransfer.store import write_record
 
 
 def fake_record(root, *, width=64, depth=3, param="standard", seed=0, optimum=-8.0, diverge_above=None, name="study",
-                noise=0.0, rng=None, spike=None, param_keys=None):
+                noise=0.0, rng=None, spike=None, param_keys=None, optim="adam", optim_keys=None):
     """A record whose loss is a parabola in log2 LR with its minimum at `optimum`.
 
     `noise`: s.d. of Gaussian noise added to each LR point (`rng` draws it);
@@ -32,10 +32,11 @@ def fake_record(root, *, width=64, depth=3, param="standard", seed=0, optimum=-8
                      "diverged_step": 3 if diverged else None, "initial_loss": 2.3,
                      "history_step": [0, 5] if diverged else [0, 5, 9], "history_loss": history})
     config = {"name": name, "results_dir": str(root), "width": width, "depth": depth, "seed": seed, "n_seeds": 1,
-              "model": {"name": "mlp"}, "param": {"name": param, **(param_keys or {})}, "optim": {"name": "adam"},
+              "model": {"name": "mlp"}, "param": {"name": param, **(param_keys or {})}, "optim": {"name": optim, **(optim_keys or {})},
               "data": {"name": "teacher"}, "lr": {"log2_min": -12, "log2_max": -4, "log2_step": 1},
               "train": {"steps": 10}, "engine": {"device": "cpu"}}
-    jid = f"{name}-{param}-{width}-{depth}-{seed}" + "".join(f"-{k}{v}" for k, v in (param_keys or {}).items())
+    keys = {**(param_keys or {}), **(optim_keys or {})}
+    jid = f"{name}-{param}-{optim}-{width}-{depth}-{seed}" + "".join(f"-{k}{v}" for k, v in keys.items())
     write_record(root / name / jid, {"job_id": jid, "status": "complete", "config": config, "runs": runs})
 
 
@@ -282,11 +283,39 @@ def test_accuracy_is_maximised(tmp_path):
 
 def test_a_group_names_only_its_own_keys_with_their_types(tmp_path):
     for w in (64, 128):
-        fake_record(tmp_path, width=w, param="mup", param_keys={"base_width": 128, "zero_query": True})
+        for base in (128, 256):
+            fake_record(tmp_path, width=w, param="mup", param_keys={"base_width": base, "zero_query": True})
         fake_record(tmp_path, width=w, param="modular", param_keys={"ns_steps": 8})
-    fixed = {g.fixed["param.name"]: g.fixed for g in analysis.groups(analysis.load_runs(tmp_path))}
-    assert fixed["mup"]["param.base_width"] == 128 and isinstance(fixed["mup"]["param.base_width"], int)
-    assert "param.ns_steps" not in fixed["mup"] and "param.base_width" not in fixed["modular"]
+    fixed = [g.fixed for g in analysis.groups(analysis.load_runs(tmp_path))]
+    mup = [f for f in fixed if f["param.name"] == "mup"]
+    assert sorted(f["param.base_width"] for f in mup) == [128, 256]
+    assert all(isinstance(f["param.base_width"], int) for f in mup)
+    (modular,) = [f for f in fixed if f["param.name"] == "modular"]
+    assert "param.base_width" not in modular
+    # a key only one option has, with one value, does not vary: it names no group
+    assert all("param.ns_steps" not in f and "param.zero_query" not in f for f in fixed)
+
+
+def test_a_study_is_grouped_and_named_as_if_alone(tmp_path):
+    """Neighbours with other optimizers, parameterizations and scale axes change nothing in a study."""
+    def alone(root):
+        fake_record(root, width=64, optim="sgd", optim_keys={"momentum": 0.9}, name="a")
+        fake_record(root, width=128, optim="sgd", optim_keys={"momentum": 0.9}, name="a")
+
+    alone(tmp_path / "one")
+    alone(tmp_path / "all")
+    for d in (2, 4):  # a depth study, an Adam study with two parameterizations
+        fake_record(tmp_path / "all", depth=d, name="b")
+    for w in (64, 128):
+        fake_record(tmp_path / "all", width=w, param="mup", param_keys={"base_width": 64}, name="c")
+        fake_record(tmp_path / "all", width=w, name="c")
+    one = analysis.summarize(tmp_path / "one")["groups"]
+    everything = analysis.summarize(tmp_path / "all")["groups"]
+    assert [g for g in everything if g["fixed"]["study"] == "a"] == one
+    assert one[0]["fixed"] == {"study": "a", "model.name": "mlp", "param.name": "standard", "optim.name": "sgd",
+                               "data.name": "teacher", "train.steps": 10, "depth": 3}
+    (b,) = [g for g in everything if g["fixed"]["study"] == "b"]
+    assert b["axis"] == "depth" and b["scales"] == [2, 4]
 
 
 def test_panel_labels_name_what_tells_panels_apart(tmp_path):

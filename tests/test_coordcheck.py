@@ -65,3 +65,22 @@ def test_bad_input_is_one_line(cli, tmp_path, args, fragment):
     assert code == 2
     assert fragment in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "coord-check").exists()
+
+
+def test_the_figure_names_a_zero_layer_and_keeps_its_legend_off_the_lines():
+    """Fabricated values: muP's readout is 0 at init, which a log axis cannot show."""
+    import matplotlib.pyplot as plt
+
+    data = coordcheck.CoordData(widths=[64, 128, 256], steps=2, log2_lr=-9, seeds=1, describe="mlp mup adam",
+                                layers=["0 input", "1 output"],
+                                values={"0 input": [[1.0, 1.0, 1.0]] * 3, "1 output": [[0.0] * 3, [0.1] * 3, [0.2] * 3]})
+    fig = coordcheck.coord_figure(data)
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == "zero-note"]
+    assert notes == ["1 output: 0 at init (not drawn)"]
+    (legend,) = fig.legends
+    assert [t.get_text()[:10] for t in legend.get_texts()] == ["0 input (+", "1 output ("]  # slopes ~0
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()
+    box = legend.get_window_extent(renderer)
+    assert all(not box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+    plt.close(fig)

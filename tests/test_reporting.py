@@ -28,13 +28,13 @@ def two_params(tmp_path):
 def test_one_family_one_panel_per_param_shared_y(two_params):
     gs = analysis.groups(analysis.load_runs(two_params))
     (family,) = plots.families(gs)
-    assert plots.panel_labels(family) == ["param=mup", "param=standard"]
+    assert plots.panel_labels(family) == ["param=standard", "param=mup"]  # SP, the baseline, first
     fig = plots.lr_figure(family)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 2 and axes[0].get_ylim() == axes[1].get_ylim()
     assert "mlp" in fig._suptitle.get_text() and "adam" in fig._suptitle.get_text() and "10 steps" in fig._suptitle.get_text()
     # SP's widest model diverged above 2^-7 on one seed: crosses at those LRs, above the plotted data
-    sp = axes[1]
+    sp = axes[0]
     (crosses,) = [c for c in sp.collections if c.get_gid() == "diverged"]
     assert sorted(crosses.get_offsets()[:, 0]) == [-6, -5, -4]
     assert (crosses.get_offsets()[:, 1] > 0.85).all()  # axes coordinates: at the top edge
@@ -161,9 +161,102 @@ def test_a_corrupt_record_is_a_one_line_warning_in_the_cli(cli, two_params):
 def test_training_curves_at_a_diverging_lr(two_params):
     gs = analysis.groups(analysis.load_runs(two_params))
     fig = plots.curves_figure(plots.families(gs)[0], log2_lr=-5)
-    sp = fig.axes[1]  # param=standard, where one seed of width 512 blew up to a loss of 50
+    sp = fig.axes[0]  # param=standard, where one seed of width 512 blew up to a loss of 50
     (crosses,) = [c for c in sp.collections if c.get_gid() == "diverged"]
     assert len(crosses.get_offsets()) == 1
     assert sp.get_ylim()[1] < 3  # the blow-up leaves the top; the curves that trained fill the view
     assert "log$_2$ LR \u22125" in sp.get_title()
+    plt.close(fig)
+
+
+def test_a_studys_figures_are_the_same_alone_and_beside_other_studies(cli, tmp_path):
+    """`plot DIR` on a folder of studies with other optimizers and parameterizations draws each study as alone."""
+    def sgd_study(root):
+        for w in (64, 128):
+            fake_record(root, width=w, optim="sgd", optim_keys={"momentum": 0.9, "nesterov": False}, name="a")
+
+    sgd_study(tmp_path / "alone")
+    sgd_study(tmp_path / "all")
+    for w in (64, 128):
+        fake_record(tmp_path / "all", width=w, param="mup", param_keys={"base_width": 128}, name="b")
+        fake_record(tmp_path / "all", width=w, param="equalized", param_keys={"gain": 2.0}, name="b")
+    for root in ("alone", "all"):
+        code, _, err = cli("plot", str(tmp_path / root), "--out", str(tmp_path / f"fig-{root}"))
+        assert code == 0, err
+    alone = sorted((tmp_path / "fig-alone").glob("*.png"))
+    assert len(alone) == 3 and len(list((tmp_path / "fig-all").glob("*.png"))) == 6
+    for p in alone:  # same size, same title, same everything
+        assert (tmp_path / "fig-all" / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_for_accuracy_diverged_crosses_sit_at_the_bottom_and_text_says_accuracy(cli, two_params):
+    gs = analysis.groups(analysis.load_runs(two_params), metric="eval_acc")
+    fig = plots.lr_figure(plots.families(gs)[0], metric="eval_acc")
+    (crosses,) = [c for c in fig.axes[0].collections if c.get_gid() == "diverged"]
+    assert (crosses.get_offsets()[:, 1] < 0.15).all()  # axes coordinates: the worst edge of an accuracy axis
+    plt.close(fig)
+    code, out, err = cli("summary", str(two_params), "--metric", "eval_acc")
+    assert code == 0, err
+    assert "best accuracy" in out and "best loss" not in out
+    code, out, err = cli("summary", str(two_params))
+    assert "best loss" in out and "accuracy" not in out
+
+
+def test_report_names_each_study_shows_figures_at_one_type_size_and_leaves_out_the_engine(cli, two_params, tmp_path):
+    for w in (64, 128):
+        fake_record(two_params, width=w, name="other")
+    out = tmp_path / "r.html"
+    code, _, err = cli("report", str(two_params), "--out", str(out))
+    assert code == 0, err
+    text = out.read_text()
+    headings = re.findall(r"<h2>(.*?)</h2>", text)
+    studies = [h for h in headings if h.startswith("study ")]
+    assert len(studies) == 2 and len(set(studies)) == 2
+    assert studies[0].startswith("study other: ") and studies[1].startswith("study study: ")
+    # shown width / pixel width is one number for every figure: text shows at one size
+    images = re.findall(r"style='width:([0-9.]+)%' src='data:image/png;base64,([^']+)'", text)
+    assert len(images) == 6
+    ratios = {round(float(w) / int.from_bytes(base64.b64decode(b)[16:20], "big"), 5) for w, b in images}
+    assert len(ratios) == 1
+    widths = {int.from_bytes(base64.b64decode(b)[16:20], "big") for _, b in images}
+    assert len(widths) > 1  # one- and two-panel figures alike
+    assert "engine." not in text and "lr.log2_min" in text
+
+
+def test_panels_put_sp_first_and_their_titles_fit(tmp_path):
+    study(tmp_path, slope=-1.0, seeds=2, noise=0.002, params=("mup", "standard", "equalized"))
+    gs = analysis.groups(analysis.load_runs(tmp_path))
+    (family,) = plots.families(gs)
+    assert plots.panel_labels(family) == ["param=standard", "param=equalized", "param=mup"]
+    for fig in (plots.lr_figure(family), plots.curves_figure(family)):
+        renderer = fig.canvas.get_renderer()
+        fig.draw_without_rendering()
+        for ax in fig.axes:  # a title no wider than its panel never runs into the next one
+            assert ax.title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width + 1
+        plt.close(fig)
+
+
+def test_training_curves_show_every_recorded_point_and_say_how_many_seeds(tmp_path):
+    study(tmp_path, slope=0.0, seeds=1, noise=0.05)  # noisy single-batch losses
+    gs = analysis.groups(analysis.load_runs(tmp_path))
+    fig = plots.curves_figure(plots.families(gs)[0])
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    recorded = [line for line in ax.get_lines() if line.get_gid() == "recorded"]
+    assert recorded and all(lo <= y <= hi for line in recorded for y in line.get_ydata() if np.isfinite(y))
+    title = fig._suptitle.get_text()
+    assert "1 seed" in title and "mean over" not in title
+    handles = fig.axes[0].get_legend().legend_handles
+    assert all(h.get_marker() in ("None", "", None) for h in handles)  # the lines have no dots
+    plt.close(fig)
+
+
+def test_optima_on_the_grid_edge_are_in_the_transfer_legend(tmp_path):
+    for w, opt in zip(WIDTHS, [-6, -7, -8, -13]):  # the widest's optimum lies below the grid
+        fake_record(tmp_path, width=w, optimum=opt)
+    fig = plots.transfer_figure(plots.families(analysis.groups(analysis.load_runs(tmp_path)))[0])
+    (legend,) = fig.legends
+    edge = [h for h, t in zip(legend.legend_handles, legend.get_texts()) if "lowest LR" in t.get_text()]
+    assert len(edge) == 1 and edge[0].get_marker() == "v" and edge[0].get_markerfacecolor() == "white"
+    assert not any("highest LR" in t.get_text() for t in legend.get_texts())
     plt.close(fig)

@@ -1,0 +1,56 @@
+"""From records to numbers: where each scale's optimum lies, how far it moves, and how sure we are.
+
+Reads records only (never the engine). Four steps, a module each:
+`records` (the runs of every record below a folder, as one table), `grouping`
+(which runs form one family of LR curves, and what names it), `statistics`
+(optima, drift and its interval, verdict, transfer cost) and `summary` (groups as
+plain data for JSON and tables); `group` composes the statistics for one group.
+"""
+
+from lrtransfer.analysis.group import Group, ScaleOptima, analyse, groups
+from lrtransfer.analysis.grouping import SHOWN, config_columns, partition, scale_axis, telling_keys
+from lrtransfer.analysis.records import (
+    HISTORY_COLUMNS,
+    METRICS,
+    RUN_COLUMNS,
+    SCALE_AXES,
+    NoRecordsError,
+    Scan,
+    SkippedRecordWarning,
+    export_frame,
+    load_runs,
+    maximizes,
+    metric_noun,
+    scan,
+)
+from lrtransfer.analysis.statistics import (
+    CONFIDENCE,
+    EDGE_HIGH,
+    EDGE_LOW,
+    INTERIOR,
+    LOCATED,
+    N_RESAMPLES,
+    NEAR_DIVERGENCE,
+    NONE,
+    TOLERANCE,
+    VERDICTS,
+    Fit,
+    Optima,
+    curve_noise,
+    curves,
+    drift,
+    subgrid_optima,
+    t_quantile,
+    transfer_cost,
+    verdict,
+)
+from lrtransfer.analysis.summary import group_dict, overview, summarize, summary_doc
+
+__all__ = [
+    "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "HISTORY_COLUMNS", "INTERIOR", "LOCATED", "METRICS", "N_RESAMPLES",
+    "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE", "VERDICTS", "Fit", "Group",
+    "NoRecordsError", "Optima", "ScaleOptima", "Scan", "SkippedRecordWarning", "analyse", "config_columns",
+    "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs", "maximizes", "metric_noun", "overview",
+    "partition", "scale_axis", "scan", "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys",
+    "transfer_cost", "verdict",
+]

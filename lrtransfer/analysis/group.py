@@ -1,0 +1,169 @@
+"""One group analysed: its optima, drift with interval, verdict and transfer cost, in a `Group`.
+
+`analyse` composes the statistics in the order a reader checks them: where each
+scale's optimum lies (and whether it is on the grid at all), how the located
+optima move with scale, what transferring the smallest scale's LR costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from lrtransfer.analysis.grouping import partition
+from lrtransfer.analysis.records import maximizes, plain
+from lrtransfer.analysis.statistics import (
+    EDGE_HIGH,
+    EDGE_LOW,
+    LOCATED,
+    N_RESAMPLES,
+    NONE,
+    Fit,
+    curves,
+    diverged_at,
+    drift_fit,
+    inflation,
+    replicates,
+    scale_intervals,
+    seed_tables,
+    subgrid_optima,
+    transfer_cost,
+    verdict,
+)
+
+
+@dataclass
+class Group:
+    """One family of LR curves and everything `summary` says about it."""
+
+    fixed: dict
+    axis: str
+    scales: list[int]
+    best_log2_lr: list[float | None]  # sub-grid optimum per scale
+    best_loss: list[float | None]  # best measured mean (at grid_best_log2_lr)
+    drift: float | None
+    curves: pd.DataFrame = field(repr=False)  # scale, log2_lr, mean, sem, n, n_diverged
+    metric: str = "train_loss"
+    grid_best_log2_lr: list[float | None] = field(default_factory=list)
+    best_loss_subgrid: list[float | None] = field(default_factory=list)  # the parabola's value at its vertex
+    best_log2_lr_ci: list[list[float] | None] = field(default_factory=list)
+    optimum: list[str] = field(default_factory=list)  # where the optimum sits on the grid
+    n_seeds: list[int] = field(default_factory=list)
+    n_runs: list[int] = field(default_factory=list)
+    n_diverged: list[int] = field(default_factory=list)
+    drift_ci: list[float] | None = None
+    drift_scales: list[int] = field(default_factory=list)
+    interval_method: str | None = None
+    verdict: str = "undetermined"
+    transfer_log2_lr: float | None = None
+    transfer_loss: list[float | None] = field(default_factory=list)
+    transfer_cost: list[float | None] = field(default_factory=list)
+    transfer_cost_se: list[float | None] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    fit: Fit | None = field(default=None, repr=False)
+    runs: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        return "  ".join(f"{k}={v}" for k, v in self.fixed.items())
+
+
+@dataclass
+class ScaleOptima:
+    """Each scale's optimum on its mean curve; lists in scale order."""
+
+    best: list[float | None]  # sub-grid log2 LR
+    value: list[float | None]  # the parabola's value there
+    grid_best: list[float | None]  # log2 LR of the best grid point
+    grid_value: list[float | None]  # the best measured mean
+    kind: list[str]  # where it sits: INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE
+
+
+def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Group]:
+    """Every group of `df`, analysed. Deterministic: resampling uses a fixed `seed`."""
+    return [analyse(sub, axis, fixed, metric, np.random.default_rng(seed), n_resamples) for axis, fixed, sub in partition(df)]
+
+
+def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.random.Generator, n_resamples: int) -> Group:
+    """Optima, drift with its interval, verdict and transfer cost of one group's runs."""
+    maximize = maximizes(metric)
+    cv = curves(sub, axis, metric)
+    scales = sorted(int(s) for s in cv["scale"].unique())
+    seeds, tables = seed_tables(sub, axis, metric, scales)
+    opt = scale_optima(cv, scales, maximize)
+    warn = grid_warnings(axis, scales, opt)
+
+    # Drift over the located optima; resampling gives its interval.
+    located = [k in LOCATED for k in opt.kind]
+    used = [i for i, ok in enumerate(located) if ok]
+    x = np.log2(np.array([scales[i] for i in used], dtype=float))
+    boot, method = replicates(tables, seeds, maximize, rng, n_resamples)
+    inflate = inflation(len(seeds))
+    resampled = None if boot is None or not used else np.stack([boot[scales[i]] for i in used], 1)  # (B, n)
+    fit = drift_fit(x, [opt.best[i] for i in used], resampled, method, inflate)
+    if fit is not None and fit.ci is None:
+        warn.append("no interval: too few finite points to measure the noise; add seeds")
+    on_edge = any(k in (EDGE_LOW, EDGE_HIGH) for k in opt.kind)  # the optimum may lie off the grid: no verdict
+
+    t_lr = opt.grid_best[0] if len(scales) > 1 else None
+    t_loss, t_cost, t_se = transfer_cost(cv, tables, scales, opt.grid_best, opt.grid_value, t_lr)
+    warn += [f"{axis} {s} diverges at the transferred LR (log2 {t_lr:g})" for s, d in zip(scales, diverged_at(cv, scales, t_lr)) if d]
+
+    per = sub.groupby(axis)
+    return Group(
+        fixed=fixed,
+        axis=axis,
+        scales=scales,
+        best_log2_lr=opt.best,
+        best_loss=opt.grid_value,
+        drift=None if fit is None else fit.slope,
+        curves=cv,
+        metric=metric,
+        grid_best_log2_lr=opt.grid_best,
+        best_loss_subgrid=opt.value,
+        best_log2_lr_ci=scale_intervals(scales, opt.best, located, boot, inflate),
+        optimum=opt.kind,
+        n_seeds=[int(per.get_group(s)["run_seed"].nunique()) for s in scales],
+        n_runs=[int(len(per.get_group(s))) for s in scales],
+        n_diverged=[int(per.get_group(s)["diverged"].sum()) for s in scales],
+        drift_ci=None if fit is None or fit.ci is None else list(fit.ci),
+        drift_scales=[scales[i] for i in used],
+        interval_method=None if fit is None else fit.method,
+        verdict="undetermined" if on_edge or fit is None else verdict(fit.ci),
+        transfer_log2_lr=t_lr,
+        transfer_loss=t_loss,
+        transfer_cost=t_cost,
+        transfer_cost_se=t_se,
+        warnings=warn,
+        fit=fit,
+        runs=sub,
+    )
+
+
+def scale_optima(cv: pd.DataFrame, scales: list[int], maximize: bool) -> ScaleOptima:
+    """Each scale's optimum on its mean curve (`curves`' rows of that scale)."""
+    per_scale = []
+    for s in scales:
+        c = cv[cv["scale"] == s].sort_values("log2_lr")
+        o = subgrid_optima(c["log2_lr"].to_numpy(), c["mean"].to_numpy(dtype=float)[None], maximize)
+        i = int(o.grid_index[0])
+        grid = (float(c["log2_lr"].iloc[i]), float(c["mean"].iloc[i])) if i >= 0 else (None, None)
+        per_scale.append((plain(float(o.log2_lr[0])), plain(float(o.value[0])), *grid, str(o.kind[0])))
+    return ScaleOptima(*(list(t) for t in zip(*per_scale)))
+
+
+def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:
+    """What the grid does not show: an optimum on its edge, a scale where every LR diverged, one scale only."""
+    warn = []
+    for s, k, g in zip(scales, opt.kind, opt.grid_best):
+        if k == EDGE_LOW:
+            warn.append(f"{axis} {s}: best LR is the lowest of the grid (log2 {g:g}); widen the grid down (lr.log2_min)")
+        elif k == EDGE_HIGH:
+            warn.append(f"{axis} {s}: best LR is the highest of the grid (log2 {g:g}); widen the grid up (lr.log2_max)")
+        elif k == NONE:
+            warn.append(f"{axis} {s}: every LR diverged; no optimum")
+    if len(scales) < 2:
+        warn.append(f"only one {axis} ({scales[0]}): no drift without a second scale")
+    return warn

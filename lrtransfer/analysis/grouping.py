@@ -1,0 +1,99 @@
+"""Grouping: which runs form one family of LR curves, and which keys name it.
+
+A *group* is a family of LR curves equal in everything but the scale axis
+(`width` or `depth`) and the seed. Its `fixed` values name it: the usual
+identity keys (`SHOWN`) and whatever varies between groups.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, plain
+
+# Columns that never define a group: replicates, the LR grid, where/how a job ran.
+_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id")
+_NOT_GROUPING_PREFIX = ("lr.", "engine.", "hydra.")
+# Config values worth naming in a group's `fixed` (besides whatever varies).
+SHOWN = ("study", "model.name", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
+
+
+def config_columns(df: pd.DataFrame) -> list[str]:
+    """The columns that can tell groups apart: config keys, less replicates, the LR grid and the engine."""
+    metrics = {*RUN_COLUMNS, *HISTORY_COLUMNS}
+    return [
+        c
+        for c in df.columns
+        if c not in metrics and c not in _NOT_GROUPING and not c.startswith(_NOT_GROUPING_PREFIX)
+    ]
+
+
+def scale_axis(df: pd.DataFrame) -> str:
+    """The axis that varies within groups: width if it varies, else depth."""
+    for axis in SCALE_AXES:
+        keys = [c for c in config_columns(df) if c != axis]
+        if (df.groupby(keys, dropna=False)[axis].nunique() > 1).any():
+            return axis
+    return SCALE_AXES[0]
+
+
+def partition(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
+    """Each group's scale axis, defining values (`fixed`) and runs; studies in name order.
+
+    Each study is grouped on its own, so that what a study's groups are called
+    never depends on the other studies in the folder.
+    """
+    return [part for _, rows in df.groupby("study", sort=True) for part in _study_groups(rows)]
+
+
+def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
+    df = df.dropna(axis=1, how="all")  # keys no job of this study has (other studies' options), or all null
+    axis = scale_axis(df)
+    keys = [c for c in config_columns(df) if c != axis]
+    shown = [*SHOWN, *(a for a in SCALE_AXES if a != axis)]
+    shown += [c for c in varying(df, keys) if c not in shown]
+    out = []
+    for _, sub in df.groupby(keys, dropna=False, sort=True):
+        # values from the rows themselves: groupby's keys turn integers beside NaN into floats
+        fixed_all = sub.iloc[0][keys].to_dict()
+        # a key this group's config does not have (another parameterization's) is not shown
+        fixed = {k: plain(fixed_all[k]) for k in shown if k in fixed_all}
+        out.append((axis, {k: v for k, v in fixed.items() if v is not None}, sub))
+    return out
+
+
+def varying(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The keys that take more than one value among the runs that have them.
+
+    A key that some runs lack (an option's own key, such as muP's `param.base_width`
+    beside SP) does not vary for that: only two values of it do. A key set to null
+    is a value (`data.train_size` None against 1000 varies).
+    """
+    def values(c: str) -> pd.Series:
+        text = df[c].astype(str)  # a missing key reads "nan", a null one "None"
+        return text[text != "nan"]
+
+    return [c for c in keys if values(c).nunique() > 1]
+
+
+def telling_keys(fixeds: list[dict]) -> list[str]:
+    """The keys whose values tell these groups apart, in order.
+
+    An option's own key (`param.gain`) counts only where it tells apart groups of
+    the same option (`param.name`): a study of param=mup and param=equalized is told
+    apart by `param.name`, and `param.gain` matters only between equalized groups.
+    """
+
+    def owner(k: str) -> str | None:
+        group, _, leaf = k.rpartition(".")
+        return f"{group}.name" if group and leaf != "name" else None
+
+    def telling(k: str) -> bool:
+        peers: dict[str, set[str]] = {}
+        for f in fixeds:
+            if k in f:
+                peers.setdefault(str(f.get(owner(k))) if owner(k) else "", set()).add(str(f[k]))
+        differs = any(len(v) > 1 for v in peers.values())
+        return differs or (owner(k) is None and len({str(f.get(k)) for f in fixeds}) > 1)
+
+    return [k for k in dict.fromkeys(k for f in fixeds for k in f) if telling(k)]

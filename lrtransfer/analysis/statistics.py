@@ -1,0 +1,353 @@
+"""Statistics: where each scale's optimum lies, how far it moves, and how sure we are.
+
+Within a group (see `grouping`) each scale gets one curve, the mean over seeds at
+each learning rate (a point where any seed diverged is a diverged point and never
+wins).
+
+- Each scale's optimum is located below the grid spacing by the parabola through
+  the grid minimum and its two neighbours in log2 LR. The parabola is exact for a
+  quadratic basin and its vertex never leaves the two neighbours, so it cannot
+  extrapolate. A minimum on the first or last LR of the grid is *not* located
+  (the true optimum may lie beyond it); a minimum next to a diverged point keeps
+  its grid value (nothing to fit on that side).
+- Drift is the least-squares slope of the located optima against log2 scale, in
+  octaves per doubling: 0 means the optimum transfers, -1 means it halves every
+  time the model doubles.
+- Its 95% interval is the wider of two. (a) A bootstrap: resample the seeds when
+  there are several (spread scaled by sqrt(S/(S-1)), the plug-in bootstrap's
+  shortfall for S values), else perturb the single curve by the noise measured
+  on it (`curve_noise`); recompute every optimum and the slope each time. (b) The
+  classical least-squares interval from the scatter of the optima about the line
+  (Student t, n-2 df), which also sees what (a) misses: seed noise shared across
+  a run's LRs, grid effects, curvature. scripts/interval_coverage.py measures
+  how often the result covers a known drift.
+- The cost of transferring: each scale's loss at the smallest scale's best grid
+  LR, minus its own best loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+TOLERANCE = 0.25  # |drift| (octaves per doubling) within which an optimum "transfers"
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+VERDICTS = ("transfers", "drifts down", "drifts up", "inconclusive", "undetermined")
+# Where a scale's optimum sits on its LR grid.
+INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE = (
+    "interior",
+    "next to divergence",
+    "grid edge (low)",
+    "grid edge (high)",
+    "all diverged",
+)
+LOCATED = (INTERIOR, NEAR_DIVERGENCE)
+# ----------------------------------------------------------------------------- optima
+
+
+@dataclass
+class Optima:
+    """Optima of B curves on one LR grid; every field has shape (B,)."""
+
+    log2_lr: np.ndarray  # sub-grid optimum (NaN when no finite point)
+    value: np.ndarray  # the parabola's value there (the grid value where no parabola)
+    grid_index: np.ndarray  # index of the grid minimum (-1 when none)
+    kind: np.ndarray  # INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH or NONE
+
+
+def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False) -> Optima:
+    """Locate the optimum of each row of `y` (B, L) on the grid `x` (L,), NaN = diverged/missing.
+
+    Parabola through the grid minimum and its two neighbours; vertex and value.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.atleast_2d(np.asarray(y, dtype=float))
+    s = -y if maximize else y
+    B, L = s.shape
+    rows = np.arange(B)
+    filled = np.where(np.isfinite(s), s, np.inf)
+    i = filled.argmin(1)
+    found = np.isfinite(filled[rows, i])
+    il, ir = np.clip(i - 1, 0, L - 1), np.clip(i + 1, 0, L - 1)
+    has_l, has_r = i > 0, i < L - 1
+    yl, y0, yr = s[rows, il], s[rows, i], s[rows, ir]
+    interior = found & has_l & has_r & np.isfinite(yl) & np.isfinite(yr)
+
+    xl, x0, xr = x[il], x[i], x[ir]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d1 = (y0 - yl) / (x0 - xl)  # Newton form: p(x) = yl + d1 (x - xl) + a (x - xl)(x - x0)
+        d2 = (yr - y0) / (xr - x0)
+        a = (d2 - d1) / (xr - xl)
+        vertex = np.clip((xl + x0) / 2 - d1 / (2 * a), xl, xr)
+        at_vertex = yl + d1 * (vertex - xl) + a * (vertex - xl) * (vertex - x0)
+    curved = interior & (a > 0)
+    log2_lr = np.where(curved, vertex, np.where(found, x0, np.nan))
+    value = np.where(curved, at_vertex, np.where(found, y0, np.nan))
+    kind = np.full(B, NEAR_DIVERGENCE, dtype=object)
+    kind[interior] = INTERIOR
+    kind[found & ~has_r] = EDGE_HIGH
+    kind[found & ~has_l] = EDGE_LOW
+    kind[~found] = NONE
+    return Optima(log2_lr, -value if maximize else value, np.where(found, i, -1), kind)
+
+
+# ----------------------------------------------------------------------------- drift
+
+
+@dataclass
+class Fit:
+    """The drift line and its confidence band, for the transfer plot."""
+
+    slope: float
+    intercept: float  # optimal log2 LR at log2 scale 0
+    ci: tuple[float, float] | None
+    method: str | None
+    band_x: np.ndarray  # log2 scale
+    band_lo: np.ndarray
+    band_hi: np.ndarray
+
+
+def drift(scales: list[float], best: list[float | None]) -> float | None:
+    """Least-squares slope of best log2 LR against log2 scale; None with fewer than two points."""
+    fit = _ols([math.log2(s) for s, b in zip(scales, best) if b is not None], [b for b in best if b is not None])
+    return None if fit is None else fit[0]
+
+
+def _ols(x, y) -> tuple[float, float] | None:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(set(x.tolist())) < 2:
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(slope), float(intercept)
+
+
+def _slopes(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """OLS slope and intercept of each row of `y` (B, n) against `x` (n,)."""
+    xc = x - x.mean()
+    slope = (y - y.mean(1, keepdims=True)) @ xc / (xc @ xc)
+    return slope, y.mean(1) - slope * x.mean()
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t (p > 0.5), by bisection on its CDF integrated numerically."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(t: float) -> float:
+        u = np.linspace(0.0, t, 4001)
+        f = c * (1 + u * u / df) ** (-(df + 1) / 2)
+        return 0.5 + float(np.sum((f[1:] + f[:-1]) / 2) * (u[1] - u[0]))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _percentile_fit(x: np.ndarray, opt: np.ndarray, slope: float, intercept: float, method: str, inflate: float) -> Fit | None:
+    """Interval and band from resampled optima `opt` (B, n): their deviations from the estimate,
+    scaled by `inflate`, added to it, and their percentiles taken."""
+    ok = np.isfinite(opt).all(1)
+    if ok.sum() < 0.5 * len(opt):
+        return None
+    s, c = _slopes(x, opt[ok])
+    s, c = slope + inflate * (s - slope), intercept + inflate * (c - intercept)
+    q = ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2)
+    bx = np.linspace(x.min(), x.max(), 41)
+    lines = c[:, None] + s[:, None] * bx
+    lo, hi = np.quantile(s, q)
+    dropped = int((~ok).sum())
+    note = f"; {dropped} resamples without an optimum dropped" if dropped else ""
+    return Fit(slope, intercept, (float(lo), float(hi)), method + note, bx, *np.quantile(lines, q, axis=0))
+
+
+def _residual_fit(x: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> Fit | None:
+    """Classical least-squares interval from the scatter of the optima about the line (n >= 3)."""
+    n = len(x)
+    if n < 3:
+        return None
+    resid = y - (intercept + slope * x)
+    s2 = float(resid @ resid) / (n - 2)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    t = t_quantile((1 + CONFIDENCE) / 2, n - 2)
+    half = t * math.sqrt(s2 / sxx)
+    bx = np.linspace(x.min(), x.max(), 41)
+    band = t * np.sqrt(s2 * (1 / n + (bx - x.mean()) ** 2 / sxx))
+    line = intercept + slope * bx
+    method = f"least squares on the scatter of the optima about the line (t, {n - 2} df)"
+    return Fit(slope, intercept, (slope - half, slope + half), method, bx, line - band, line + band)
+
+
+def _width(fit: Fit | None) -> float:
+    return -1.0 if fit is None or fit.ci is None else fit.ci[1] - fit.ci[0]
+
+
+def verdict(ci: tuple[float, float] | None, tolerance: float = TOLERANCE) -> str:
+    """One word for the interval: within +-tolerance, clearly below/above 0, or neither."""
+    if ci is None:
+        return "undetermined"
+    lo, hi = ci
+    if -tolerance <= lo and hi <= tolerance:
+        return "transfers"
+    if hi < 0:
+        return "drifts down"
+    if lo > 0:
+        return "drifts up"
+    return "inconclusive"
+
+
+def inflation(n_seeds: int) -> float:
+    """A bootstrap over S values spreads sqrt((S-1)/S) too little (plug-in variance); this undoes it."""
+    return math.sqrt(n_seeds / (n_seeds - 1)) if n_seeds > 1 else 1.0
+
+
+def scale_intervals(scales: list, best: list, located: list[bool], boot: dict | None, inflate: float) -> list:
+    """Each located scale's 95% interval from its resampled optima `boot[scale]` (n,); None elsewhere."""
+    out = [None] * len(scales)
+    if boot is None:
+        return out
+    q = ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2)
+    for i, s in enumerate(scales):
+        b = boot[s][np.isfinite(boot[s])]
+        if located[i] and b.size:
+            out[i] = [float(best[i] + inflate * (v - best[i])) for v in np.quantile(b, q)]
+    return out
+
+
+def drift_fit(x: np.ndarray, y: np.ndarray, boot: np.ndarray | None, method: str | None, inflate: float) -> Fit | None:
+    """The drift line of optima `y` against log2 scales `x`, with the wider of its two intervals.
+
+    `boot` (B, n): resampled optima at the same scales. Few seeds (or one, whose
+    curve noise is shared across LRs: same init, same batches) can understate how
+    far a new seed moves the optimum; the scatter of the optima about the line
+    measures that too, so the wider interval is kept. None with fewer than two scales;
+    a Fit without interval (`ci` None) when neither can be given.
+    """
+    ols = _ols(x, y)
+    if ols is None:
+        return None
+    fit = None if boot is None else _percentile_fit(x, boot, *ols, method, inflate)
+    resid = _residual_fit(x, np.asarray(y, dtype=float), *ols)
+    if _width(resid) > _width(fit):
+        fit = resid
+    if fit is None:
+        fit = Fit(*ols, None, None, x, np.full(len(x), np.nan), np.full(len(x), np.nan))
+    return fit
+
+
+# ----------------------------------------------------------------------------- resampling
+
+
+def seed_tables(sub: pd.DataFrame, axis: str, metric: str, scales: list[int]):
+    """Per scale: grid x (L,), values V (S, L) (NaN: diverged or not run), diverged D, measured M."""
+    seeds = sorted(sub["run_seed"].unique())
+    tables = {}
+    for scale in scales:
+        s = sub[sub[axis] == scale]
+        x = np.sort(s["log2_lr"].unique())
+        vals = s.pivot_table(index="run_seed", columns="log2_lr", values=metric, aggfunc="mean", dropna=False)
+        div = s.pivot_table(index="run_seed", columns="log2_lr", values="diverged", aggfunc="max", dropna=False)
+        meas = s.pivot_table(index="run_seed", columns="log2_lr", values="diverged", aggfunc="size", dropna=False)
+        vals, div, meas = (t.reindex(index=seeds, columns=x) for t in (vals, div, meas))
+        D = div.fillna(False).to_numpy(dtype=bool)
+        M = meas.fillna(0).to_numpy(dtype=float) > 0
+        V = np.where(M & ~D, vals.to_numpy(dtype=float), np.nan)
+        tables[scale] = (x, V, D, M)
+    return seeds, tables
+
+
+def _resampled_means(V: np.ndarray, D: np.ndarray, M: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Mean curves (B, L) over the seeds `idx` (B, S); a point is NaN when a drawn seed diverged there."""
+    Vb, Db, Mb = V[idx], D[idx], M[idx]  # (B, S, L)
+    valid = Mb & ~Db & np.isfinite(Vb)
+    count = valid.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(valid, Vb, 0.0).sum(1) / count
+    return np.where(Db.any(1) | (count == 0), np.nan, mean)
+
+
+def curve_noise(curves: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """Noise of loss-vs-log2-LR curves, pooled: robust scale of third differences on uniform stretches.
+
+    A third difference is zero for any quadratic, so the smooth basin does not count
+    as noise; for independent noise of s.d. sigma it has s.d. sigma*sqrt(20). The
+    median makes the few steep points near divergence count little.
+    """
+    d3 = []
+    for x, y in curves:
+        ok = np.isfinite(y)
+        for start in range(len(x) - 3):
+            w = slice(start, start + 4)
+            steps = np.diff(x[w])
+            if ok[w].all() and np.allclose(steps, steps[0]):
+                d3.append(abs(y[start + 3] - 3 * y[start + 2] + 3 * y[start + 1] - y[start]))
+    if not d3:
+        return None
+    return float(np.median(d3) / (0.6745 * math.sqrt(20)))
+
+
+def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generator, n: int):
+    """Resampled sub-grid optima per scale (n,) each, and a description of what was resampled.
+
+    Several seeds: resample the seed list with replacement, the same draw for every
+    scale (seeds share their batches across scales, so pairing keeps that
+    correlation). One seed: add Gaussian noise of the size measured on the curves
+    themselves (`curve_noise`) to every point.
+    """
+    if len(seeds) >= 2:
+        idx = rng.integers(0, len(seeds), size=(n, len(seeds)))
+        out = {s: subgrid_optima(x, _resampled_means(V, D, M, idx), maximize).log2_lr for s, (x, V, D, M) in tables.items()}
+        return out, f"bootstrap over seeds ({len(seeds)} seeds, {n} resamples)"
+    means = {s: (x, _resampled_means(V, D, M, np.zeros((1, 1), dtype=int))[0]) for s, (x, V, D, M) in tables.items()}
+    sigma = curve_noise(list(means.values()))
+    if sigma is None:
+        return None, None
+    out = {s: subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize).log2_lr for s, (x, y) in means.items()}
+    return out, f"bootstrap over LR-curve noise (one seed; noise s.d. {sigma:.3g} from the curves, {n} resamples)"
+
+
+def curves(df: pd.DataFrame, axis: str, metric: str = "train_loss") -> pd.DataFrame:
+    """Mean and standard error over seeds of `metric` per (scale, log2 LR).
+
+    A point where any seed diverged is a diverged point: its mean is NaN.
+    """
+    g = df.groupby([axis, "log2_lr"])
+    out = g[metric].agg(["mean", "sem", "count"]).rename(columns={"count": "n"})
+    out["n"] = g["diverged"].size()
+    out["n_diverged"] = g["diverged"].sum()
+    out.loc[out["n_diverged"] > 0, ["mean", "sem"]] = np.nan
+    return out.reset_index().rename(columns={axis: "scale"})
+
+
+def transfer_cost(cv: pd.DataFrame, tables: dict, scales: list, grid_lr: list, grid_val: list, t_lr: float | None):
+    """Each scale's mean at the transferred grid LR `t_lr`, how much worse that is than its best
+    measured mean (>= 0 by construction), and the standard error over seeds of that difference,
+    paired by seed (a seed's runs share init and batches). None where the scale has no finite
+    value at `t_lr` (diverged or not run)."""
+    loss, cost, se = [], [], []
+    for s, gl, gv in zip(scales, grid_lr, grid_val):
+        c = cv[cv["scale"] == s].set_index("log2_lr")
+        at = float(c["mean"].get(t_lr, math.nan)) if t_lr is not None else math.nan
+        if gv is None or not math.isfinite(at):
+            row = (None, None, None)
+        else:
+            x, V = tables[s][0], tables[s][1]  # (L,), (S, L)
+            d = V[:, np.flatnonzero(x == t_lr)[0]] - V[:, np.flatnonzero(x == gl)[0]]
+            d = d[np.isfinite(d)]
+            row = (at, abs(at - gv), float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else None)
+        for out, v in zip((loss, cost, se), row):
+            out.append(v)
+    return loss, cost, se
+
+
+def diverged_at(cv: pd.DataFrame, scales: list, log2_lr: float | None) -> list[bool]:
+    rows = cv[cv["log2_lr"] == log2_lr].set_index("scale")["n_diverged"]
+    return [bool(rows.get(s, 0) > 0) for s in scales]
+
+
