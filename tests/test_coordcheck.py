@@ -71,7 +71,7 @@ def test_the_figure_names_a_zero_layer_and_keeps_its_legend_off_the_lines():
     """Fabricated values: muP's readout is 0 at init, which a log axis cannot show."""
     import matplotlib.pyplot as plt
 
-    data = coordcheck.CoordData(widths=[64, 128, 256], steps=2, log2_lr=-9, seeds=1, describe="mlp mup adam",
+    data = coordcheck.CoordData(widths=[64, 128, 256], steps=2, log2_lr=-9, seeds=1, title="mlp mup adam",
                                 layers=["0 input", "1 output"],
                                 values={"0 input": [[1.0, 1.0, 1.0]] * 3, "1 output": [[0.0] * 3, [0.1] * 3, [0.2] * 3]})
     fig = coordcheck.coord_figure(data)
