@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-from lrtransfer.errors import UserError
+from lrtransfer.errors import UserError, choices
 
 
 class ConfigError(UserError, ValueError):
@@ -104,10 +104,12 @@ class LRGrid:
     log2_max: float = -4.0
     log2_step: float = 1.0
 
+    def size(self) -> int:
+        return int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
+
     def values(self) -> list[float]:
         """The grid's log2 learning rates, endpoints included."""
-        n = int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
-        return [self.log2_min + i * self.log2_step for i in range(n)]
+        return [self.log2_min + i * self.log2_step for i in range(self.size())]
 
 
 @dataclass
@@ -303,6 +305,12 @@ class AdamConfig:
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
 
+    def check(self) -> None:
+        _in_unit("optim.beta1", self.beta1)
+        _in_unit("optim.beta2", self.beta2)
+        _positive("optim.eps", self.eps)
+        _non_negative("optim.weight_decay", self.weight_decay)
+
 
 @dataclass
 class SGDConfig:
@@ -311,6 +319,10 @@ class SGDConfig:
     nesterov: bool = False
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
+
+    def check(self) -> None:
+        _in_unit("optim.momentum", self.momentum)
+        _non_negative("optim.weight_decay", self.weight_decay)
 
 
 @dataclass
@@ -327,6 +339,12 @@ class TeacherConfig:
     temperature: float = 0.5
     seed: int = 1234
     eval_size: int = 4096
+
+    def check(self) -> None:
+        for key in ("input_dim", "teacher_width", "teacher_depth", "temperature", "eval_size"):
+            _positive(f"data.{key}", getattr(self, key))
+        if self.classes < 2:
+            raise ConfigError(f"data.classes must be >= 2, got {self.classes}")
 
 
 @dataclass
@@ -434,6 +452,79 @@ def _positive(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be positive, got {value!r}")
 
 
+def _non_negative(name: str, value: float) -> None:
+    if not value >= 0:  # also refuses NaN
+        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+
+
+def _in_unit(name: str, value: float) -> None:
+    """A decay rate (Adam's betas, momentum): in [0, 1); 1 would never forget, above 1 grows without bound."""
+    if not 0 <= value < 1:
+        raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+
+# Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
+MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
+MAX_ABS_LOG2_LR = 100  # learning rates 2^-100 .. 2^100, well inside float32
+MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (engine.check_fits) takes minutes
+
+
+def _check_lr_grid(cfg: Config) -> None:
+    lr = cfg.lr
+    if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
+        raise ConfigError(f"lr grid values must be finite, got {lr}")
+    for key in ("log2_min", "log2_max"):
+        value = getattr(lr, key)
+        if abs(value) > MAX_ABS_LOG2_LR:
+            raise ConfigError(f"lr.{key}={value:g} is out of range; valid: -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR}")
+    _positive("lr.log2_step", lr.log2_step)
+    if lr.log2_min > lr.log2_max:
+        raise ConfigError(
+            f"empty LR grid: lr.log2_min={lr.log2_min} is above lr.log2_max={lr.log2_max}"
+        )
+    points = lr.size()
+    if points > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"lr.log2_step={lr.log2_step:g} gives an LR grid of {points} points; "
+                          f"at most {MAX_RUNS_PER_JOB} runs a job (use a larger lr.log2_step)")
+    if points * cfg.n_seeds > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"n_seeds={cfg.n_seeds} x {points} learning rates = {points * cfg.n_seeds} runs in a job; "
+                          f"at most {MAX_RUNS_PER_JOB} (sweep seed=... as separate jobs instead)")
+
+
+SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine}  # the typed nodes that are not groups
+
+
+def _check_group_shape(cfg: DictConfig, group: str) -> None:
+    """A group's YAML (a user's `--config-dir` one too) must be a mapping typed by its schema."""
+    node = cfg[group]
+    name = OmegaConf.select(cfg, f"{group}.name", default=None) if isinstance(node, DictConfig) else None
+    if name not in SCHEMAS[group]:
+        raise ConfigError(f"{group}: expected a mapping with name: one of {', '.join(SCHEMAS[group])}, "
+                          f"got {OmegaConf.to_yaml(node).strip()[:60]!r}")
+    if OmegaConf.get_type(node) is not SCHEMAS[group][name]:
+        raise ConfigError(f"{group}={name}: its YAML file must start with "
+                          f"'defaults: [/schema/{group}/{name}@_here_, _self_]' (see conf/{group}/)")
+
+
+def _check_keys(cfg: DictConfig, schema: type = None, where: str = "") -> None:
+    """Keys the schema lacks (`+foo=1`) or that were deleted (`~width`): Hydra lets both through."""
+    schema = schema or Config
+    known = [f.name for f in fields(schema)]
+    extra = [k for k in cfg.keys() if k not in known]
+    if extra:
+        raise ConfigError(f"unknown key '{where}{extra[0]}'{choices(known, extra[0])}")
+    missing = [k for k in known if k not in cfg]
+    if missing:
+        raise ConfigError(f"key '{where}{missing[0]}' is required (it cannot be deleted with ~){choices(known)}")
+    if schema is Config:
+        for group in GROUPS:
+            _check_group_shape(cfg, group)
+        for key, node in cfg.items():
+            sub = SECTIONS.get(key) or SCHEMAS.get(key, {}).get(OmegaConf.select(cfg, f"{key}.name", default=None))
+            if sub is not None and isinstance(node, DictConfig):
+                _check_keys(node, sub, f"{key}.")
+
+
 def validate(cfg: DictConfig | Config) -> Config:
     """Return `cfg` as typed objects, or raise ConfigError naming the bad value."""
     if isinstance(cfg, DictConfig):
@@ -441,11 +532,14 @@ def validate(cfg: DictConfig | Config) -> Config:
             cfg = copy.deepcopy(cfg)
             with open_dict(cfg):
                 del cfg["hydra"]
+        _check_keys(cfg)
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     if not isinstance(cfg, Config):
         raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
     for key in ("width", "depth", "n_seeds"):
         _positive(key, getattr(cfg, key))
+    if cfg.depth > MAX_DEPTH:
+        raise ConfigError(f"depth={cfg.depth} is beyond the sane bound of {MAX_DEPTH} layers or blocks")
     min_depth = getattr(cfg.model, "MIN_DEPTH", 1)
     if cfg.depth < min_depth:
         raise ConfigError(f"depth={cfg.depth}: model={cfg.model.name} needs depth >= {min_depth}")
@@ -459,19 +553,12 @@ def validate(cfg: DictConfig | Config) -> Config:
         raise ConfigError(
             f"train.warmup_steps must be in [0, train.steps={cfg.train.steps}), got {cfg.train.warmup_steps!r}"
         )
-    lr = cfg.lr
-    if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
-        raise ConfigError(f"lr grid values must be finite, got {lr}")
-    _positive("lr.log2_step", lr.log2_step)
-    if lr.log2_min > lr.log2_max:
-        raise ConfigError(
-            f"empty LR grid: lr.log2_min={lr.log2_min} is above lr.log2_max={lr.log2_max}"
-        )
+    _check_lr_grid(cfg)
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
     _positive("engine.max_memory_gb", cfg.engine.max_memory_gb)
-    if cfg.engine.checkpoint_s < 0:
-        raise ConfigError(f"engine.checkpoint_s must be >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
+    if not 0 <= cfg.engine.checkpoint_s < math.inf:
+        raise ConfigError(f"engine.checkpoint_s must be a number of seconds >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
     if cfg.engine.threads < 0:
         raise ConfigError(f"engine.threads must be >= 0 (0 = automatic), got {cfg.engine.threads}")
     device = cfg.engine.device

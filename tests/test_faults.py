@@ -12,7 +12,7 @@ import pytest
 
 from lrtransfer import engine, stop
 from lrtransfer.engine import Run
-from lrtransfer.job import FileCheckpoint
+from lrtransfer.checkpoint import FileCheckpoint
 from tests.conftest import TINY, lrtransfer_cmd, typed
 
 
