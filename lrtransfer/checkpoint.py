@@ -29,6 +29,7 @@ class FileCheckpoint:
     def __init__(self, path: Path, interval_s: float) -> None:
         self.path, self.interval_s = Path(path), interval_s
         self.last = time.monotonic()
+        self.failures = 0
 
     @property
     def enabled(self) -> bool:
@@ -69,7 +70,12 @@ class FileCheckpoint:
             os.replace(tmp, self.path)
         except (OSError, RuntimeError) as e:  # torch reports a failed write as RuntimeError
             tmp.unlink(missing_ok=True)
-            progress.warn(f"could not save checkpoint {self.path} ({_first_line(e)}); training goes on without it")
+            message = f"could not save checkpoint {self.path} ({_first_line(e)}); training goes on without it"
+            if self.failures == 0:  # on screen once; every time in job.log
+                progress.warn(message)
+            else:
+                log.warning(message)
+            self.failures += 1
         self.last = time.monotonic()
 
     def discard(self) -> None:

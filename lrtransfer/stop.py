@@ -1,7 +1,7 @@
 """A polite stop, the same under every local launcher.
 
 The first Ctrl-C or SIGTERM asks training to stop at the next consistent point
-(after saving a checkpoint); a second one interrupts at once. The engine only
+(after saving a checkpoint); a second one to the sweep's process interrupts it at once. The engine only
 polls `requested()`, so it knows nothing of signals or processes.
 
 The sweep's process installs the handlers (`graceful`) and publishes who it is in
@@ -16,7 +16,7 @@ loky workers, submitit's local tasks) runs under `worker`, which turns a stop in
   processes that are not the sweep's children (submitit's tasks, under its
   controller);
 - the sweep's process dying (`kill -9`): the worker watches it too, so no job
-  trains on for a sweep that is gone.
+  trains on for a sweep that is gone; once its job has saved, the worker exits.
 
 A stopped job saves its checkpoint and returns as interrupted; a job that starts
 after the stop returns at once, so the launcher drains its queue quickly and the
@@ -63,9 +63,9 @@ def _marker(token: str) -> Path:
     return Path(tempfile.gettempdir()) / f"lrtransfer-stop-{token.replace(':', '-').replace('/', '-')}"
 
 
-def _on_signal(then=None):
+def _on_signal(then=None, escalate: bool = True):
     def handler(signum, frame):
-        if _requested:
+        if _requested and escalate:
             raise KeyboardInterrupt
         request()
         if then is not None:
@@ -154,9 +154,13 @@ def worker() -> Iterator[None]:
     watcher = threading.Thread(target=watch, name="lrtransfer-stop-watch", daemon=True)
     watcher.start()
     try:
-        with _handlers(_on_signal()):
+        # No escalation here: one Ctrl-C can reach a worker twice (from the terminal, and
+        # forwarded by submitit's controller); a second Ctrl-C is the sweep's to act on.
+        with _handlers(_on_signal(escalate=False)):
             yield
     finally:
         done.set()
         watcher.join()
         _requested = False
+        if not _alive(sweep_pid):  # nobody is left to take a result or give more work: leave, do not linger
+            os._exit(130)

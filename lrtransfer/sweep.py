@@ -183,7 +183,12 @@ def sweep(sweeper, arguments: list[str]) -> list:
     with progress.sweep_display(len(todo), enabled=_progress_enabled(sweeper.config)):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
-            results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=i)
+            try:
+                results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=i)
+            except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
+                if stop.requested():
+                    raise stop.Interrupted(_interrupted_message(report)) from None
+                raise
             for job, r in zip(batch, results):
                 report.returns.append(_job_return(job, r))
             returns.append(results)
