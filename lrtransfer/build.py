@@ -87,11 +87,12 @@ class Built:
     optim: Any  # the optimizer's options, whose weight decay the parameterization applies
 
 
-def job(cfg: Config, device: torch.device | None = None) -> Built:
-    """Build what a validated config trains, on `device` (default: `engine.device`'s)."""
+def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = None) -> Built:
+    """Build what a validated config trains, on `device` (default: `engine.device`'s); `data`:
+    a task already built for the same data, to reuse (the sweep's planning sizes many jobs on one)."""
     device = device if device is not None else select_device(cfg.engine.device)
     dtype = DTYPES[cfg.train.dtype.value]
-    the_task = task(cfg, device, dtype)
+    the_task = data if data is not None else task(cfg, device, dtype)
     shape, classes = the_task.input_shape, the_task.output_dim
     return Built(
         task=the_task, train=cfg.train, engine=cfg.engine, device=device, dtype=dtype,

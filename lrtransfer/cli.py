@@ -43,8 +43,10 @@ def sweep(
     try:
         with stop.graceful():
             report = launch(argv)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: finished jobs are kept; re-run the same command to resume", err=True)
+    except KeyboardInterrupt as e:  # stop.Interrupted says what was saved; a bare one is a second Ctrl-C
+        message = str(e) if isinstance(e, stop.Interrupted) and str(e) else (
+            "interrupted at once: finished records are kept; re-run the same command to compute the rest")
+        typer.echo(message, err=True)
         raise typer.Exit(130) from None
     if report is None:  # --cfg, --info: Hydra printed what was asked
         return
@@ -279,10 +281,10 @@ def _print_sweep_report(report) -> None:
     from lrtransfer import analysis
 
     console = Console()
-    busy = [r for r in report.returns if r.get("status") == "busy"]
-    line = f"[bold]{len(report.returns) - len(busy)}[/] job(s) ran, {report.skipped} already done"
+    busy = report.count("busy")
+    line = f"[bold]{report.count('complete', 'failed')}[/] job(s) ran, {report.skipped + report.count('done')} already done"
     if busy:
-        line += f", {len(busy)} running in another sweep (left to it)"
+        line += f", {busy} running in another sweep (left to it)"
     if report.failed:
         line += f", [bold red]{len(report.failed)}[/] failed"
     console.print(line)
@@ -292,9 +294,11 @@ def _print_sweep_report(report) -> None:
         console.print(f"  [red]failed[/] {which}: {f.get('error')}")
     for d in report.study_dirs:
         try:
-            _print_summary(analysis.summarize(d))
+            with _warnings_to_stderr():
+                doc = analysis.summarize(d)
         except analysis.NoRecordsError:
             continue
+        _print_summary(doc)
         console.print(f"records: {d}/  (next: lrtransfer plot {d})")
 
 

@@ -22,6 +22,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
 from lrtransfer.options import GROUPS
+from lrtransfer.errors import choices
 from lrtransfer.schema import INPUT_KINDS, VECTOR, ConfigError, Grid, finite_fields, positive
 
 __all__ = ["Config", "ConfigError", "LRGrid", "validate", "semantic", "register"]
@@ -61,10 +62,12 @@ class LRGrid:
     log2_max: float = MISSING
     log2_step: float = MISSING
 
+    def size(self) -> int:
+        return int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
+
     def values(self) -> list[float]:
         """The grid's log2 learning rates, endpoints included."""
-        n = int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
-        return [self.log2_min + i * self.log2_step for i in range(n)]
+        return [self.log2_min + i * self.log2_step for i in range(self.size())]
 
 
 def default_grid(param: str, optim: str) -> Grid:
@@ -143,6 +146,71 @@ def register() -> None:
 
 
 # ---------------------------------------------------------------- value checks
+# Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
+MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
+MAX_ABS_LOG2_LR = 100  # learning rates 2^-100 .. 2^100, well inside float32
+MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (engine.check_fits) takes minutes
+
+
+def _check_lr_grid(cfg: Config) -> None:
+    lr = cfg.lr
+    if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
+        raise ConfigError(f"lr grid values must be finite, got {lr}")
+    for key in ("log2_min", "log2_max"):
+        value = getattr(lr, key)
+        if abs(value) > MAX_ABS_LOG2_LR:
+            raise ConfigError(f"lr.{key}={value:g} is out of range; valid: -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR}")
+    positive("lr.log2_step", lr.log2_step)
+    if lr.log2_min > lr.log2_max:
+        raise ConfigError(
+            f"empty LR grid: lr.log2_min={lr.log2_min} is above lr.log2_max={lr.log2_max}"
+        )
+    points = lr.size()
+    if points > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"lr.log2_step={lr.log2_step:g} gives an LR grid of {points} points; "
+                          f"at most {MAX_RUNS_PER_JOB} runs a job (use a larger lr.log2_step)")
+    if points * cfg.n_seeds > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"n_seeds={cfg.n_seeds} x {points} learning rates = {points * cfg.n_seeds} runs in a job; "
+                          f"at most {MAX_RUNS_PER_JOB} (sweep seed=... as separate jobs instead)")
+
+
+SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine}  # the typed nodes that are not groups
+
+
+def _check_group_shape(cfg: DictConfig, group: str) -> None:
+    """A group's YAML (a user's `--config-dir` one too) must be a mapping typed by its options."""
+    known = options.of(group)
+    node = cfg[group]
+    name = OmegaConf.select(cfg, f"{group}.name", default=None) if isinstance(node, DictConfig) else None
+    if name not in known:
+        raise ConfigError(f"{group}: expected a mapping with name: one of {', '.join(known)}, "
+                          f"got {OmegaConf.to_yaml(node).strip()[:60]!r}")
+    if OmegaConf.get_type(node) is not known[name]:
+        raise ConfigError(f"{group}={name}: its YAML file must start with "
+                          f"'defaults: [/schema/{group}/{name}@_here_, _self_]' (see conf/{group}/)")
+
+
+def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") -> None:
+    """Keys the schema lacks (`+foo=1`) or that were deleted (`~width`): Hydra lets both through."""
+    schema = schema or Config
+    known = [f.name for f in fields(schema)]
+    extra = [k for k in cfg.keys() if k not in known]
+    if extra:
+        raise ConfigError(f"unknown key '{where}{extra[0]}'{choices(known, extra[0])}")
+    missing = [k for k in known if k not in cfg]
+    if missing:
+        raise ConfigError(f"key '{where}{missing[0]}' is required (it cannot be deleted with ~){choices(known)}")
+    if schema is Config:
+        for group in GROUPS:
+            _check_group_shape(cfg, group)
+        for key, node in cfg.items():
+            sub = SECTIONS.get(key)
+            if sub is None and key in GROUPS:
+                sub = options.of(key).get(OmegaConf.select(cfg, f"{key}.name", default=None))
+            if sub is not None and isinstance(node, DictConfig):
+                _check_keys(node, sub, f"{key}.")
+
+
 def validate(cfg: DictConfig | Config) -> Config:
     """Return `cfg` as typed objects, or raise ConfigError naming the bad value."""
     if isinstance(cfg, DictConfig):
@@ -150,11 +218,14 @@ def validate(cfg: DictConfig | Config) -> Config:
             cfg = copy.deepcopy(cfg)
             with open_dict(cfg):
                 del cfg["hydra"]
+        _check_keys(cfg)
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     if not isinstance(cfg, Config):
         raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
     for key in ("width", "depth", "n_seeds"):
         positive(key, getattr(cfg, key))
+    if cfg.depth > MAX_DEPTH:
+        raise ConfigError(f"depth={cfg.depth} is beyond the sane bound of {MAX_DEPTH} layers or blocks")
     min_depth = getattr(cfg.model, "MIN_DEPTH", 1)
     if cfg.depth < min_depth:
         raise ConfigError(f"depth={cfg.depth}: model={cfg.model.name} needs depth >= {min_depth}")
@@ -168,19 +239,12 @@ def validate(cfg: DictConfig | Config) -> Config:
         raise ConfigError(
             f"train.warmup_steps must be in [0, train.steps={cfg.train.steps}), got {cfg.train.warmup_steps!r}"
         )
-    lr = cfg.lr
-    if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
-        raise ConfigError(f"lr grid values must be finite, got {lr}")
-    positive("lr.log2_step", lr.log2_step)
-    if lr.log2_min > lr.log2_max:
-        raise ConfigError(
-            f"empty LR grid: lr.log2_min={lr.log2_min} is above lr.log2_max={lr.log2_max}"
-        )
+    _check_lr_grid(cfg)
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
     positive("engine.max_memory_gb", cfg.engine.max_memory_gb)
-    if cfg.engine.checkpoint_s < 0:
-        raise ConfigError(f"engine.checkpoint_s must be >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
+    if not 0 <= cfg.engine.checkpoint_s < math.inf:
+        raise ConfigError(f"engine.checkpoint_s must be a number of seconds >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
     if cfg.engine.threads < 0:
         raise ConfigError(f"engine.threads must be >= 0 (0 = automatic), got {cfg.engine.threads}")
     device = cfg.engine.device

@@ -21,6 +21,7 @@ learning rate becomes a rate.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import torch
 from torch import Tensor
 
 from lrtransfer import stop
+from lrtransfer.errors import UserError
 from lrtransfer.param.base import run_view
 from lrtransfer.schedule import lr_factor
 
@@ -82,18 +84,19 @@ def data_seed(seed: int) -> int:
     return (seed * 1_000_003 + 7_919) % (2**63)
 
 
-class Interrupted(KeyboardInterrupt):
-    """Training stopped on request (Ctrl-C, SIGTERM) at a consistent point, after a checkpoint."""
+Interrupted = stop.Interrupted  # raised by `train` at a consistent point, after a checkpoint
 
 
 class Checkpointer(Protocol):
-    """Where and when a job's training state is saved (see `job.FileCheckpoint`)."""
+    """Where and when a job's training state is saved (see `checkpoint.FileCheckpoint`)."""
 
     def load(self) -> dict | None: ...
 
     def due(self) -> bool: ...
 
     def save(self, state: dict) -> None: ...
+
+    def reject(self, why: str) -> None: ...
 
 
 def train(
@@ -116,20 +119,17 @@ def train(
     chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
     key = [[(r.log2_lr, r.seed) for r in chunk] for chunk in chunks]
 
-    saved = checkpoint.load() if checkpoint else None
-    if saved is not None and saved.get("chunks") != key:
-        saved = None  # a checkpoint of other runs: start afresh
-    done = [RunResult(**r) for r in saved["done"]] if saved else []
-    start = saved["chunk"] if saved else 0
+    def make(index: int) -> Ensemble:
+        return Ensemble(built, chunks[index])
+
+    done, start, resumed = _resume(checkpoint, key, make) or ([], 0, None)
     if progress and done:
         progress(len(done) * built.train.steps)
 
     for index in range(start, len(chunks)):
-        ens = Ensemble(built, chunks[index])
-        if saved is not None and index == start:
-            ens.load_state_dict(saved["ensemble"])
-            if progress:
-                progress(ens.step_index * ens.K)
+        ens = resumed if resumed is not None and index == start else make(index)
+        if ens is resumed and progress:
+            progress(ens.step_index * ens.K)
         while not ens.finished:
             ens.step()
             if ens.at_check():
@@ -145,6 +145,31 @@ def train(
             progress(ens.since_last_report())
         done += ens.results()
     return done
+
+
+def _resume(checkpoint: Checkpointer | None, key: list, make: Callable[[int], Ensemble]):
+    """(finished results, index of the chunk to resume, its ensemble restored), or None to start afresh.
+
+    A checkpoint that does not restore exactly (other runs, another layout) is
+    rejected: reported and removed, so no job fails on one.
+    """
+    saved = checkpoint.load() if checkpoint else None
+    if saved is None:
+        return None
+    if saved.get("chunks") != key:
+        checkpoint.reject("it holds other runs (another LR grid, seeds or ensemble size)")
+        return None
+    try:
+        done = [RunResult(**r) for r in saved["done"]]
+        start = saved["chunk"]
+        if not (isinstance(start, int) and 0 <= start < len(key) and len(done) == sum(map(len, key[:start]))):
+            raise ValueError(f"chunk {start!r} with {len(done)} finished runs")
+        ens = make(start)
+        ens.load_state_dict(saved["ensemble"])
+    except Exception as e:  # a layout of another version, or a damaged file that still unpickles
+        checkpoint.reject(f"another layout ({e.__class__.__name__}: {e})")
+        return None
+    return done, start, ens
 
 
 def chunk_size(built: Built, K: int) -> int:
@@ -168,6 +193,41 @@ def chunk_size(built: Built, K: int) -> int:
     limit = max(1, min(K, limit))
     chunks = math.ceil(K / limit)
     return math.ceil(K / chunks)
+
+
+class MemoryLimitError(UserError, ValueError):
+    """One run of the job cannot fit in the memory it may use."""
+
+
+def check_fits(built: Built, label: str) -> None:
+    """Refuse, before any training, a run whose estimated memory exceeds engine.max_memory_gb or the device's.
+
+    The ensemble is sized to the budget (`chunk_size`), but a single run is never
+    split: without this check it allocates until the system's OOM killer acts.
+    `label` names the job's scale in the message (width, depth, batch).
+    """
+    need = footprint(built).bytes_per_run
+    budget = built.engine.max_memory_gb * 2**30
+    total = device_memory(built.device)
+    if need <= min(budget, total):
+        return
+    over = f"engine.max_memory_gb={built.engine.max_memory_gb:g}" if budget < total else "this machine's memory"
+    raise MemoryLimitError(
+        f"{label}: one run needs about "
+        f"{need / 2**30:.1f} GiB (estimated), more than {over} ({min(budget, total) / 2**30:.1f} GiB; "
+        f"{built.device.type} has {total / 2**30:.1f} GiB); use a smaller width, depth or batch"
+        + (", or raise engine.max_memory_gb" if budget < total else "")
+    )
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory on the device: the GPU's, or this machine's physical memory."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: nothing to compare against
+        return 2**62
 
 
 @dataclass
@@ -303,7 +363,12 @@ class Ensemble:
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
-        for dst, src in zip(self.tensors + list(self.opt.state), state["tensors"] + state["opt_state"]):
+        dsts, srcs = self.tensors + list(self.opt.state), state["tensors"] + state["opt_state"]
+        if len(dsts) != len(srcs) or len(self.gens) != len(state["gens"]):
+            raise ValueError(f"{len(srcs)} saved tensors for {len(dsts)}")
+        for dst, src in zip(dsts, srcs):
+            if dst.shape != src.shape:
+                raise ValueError(f"a saved tensor of shape {tuple(src.shape)} for one of {tuple(dst.shape)}")
             dst.copy_(src)
         self.opt.t = state["opt_t"]
         for g, s in zip(self.gens, state["gens"]):

@@ -16,7 +16,8 @@ class UserError(Exception):
     """A problem with the user's input; the message is one line."""
 
 
-def _choices(valid, bad: str | None = None) -> str:
+def choices(valid, bad: str | None = None) -> str:
+    """`; valid: a, b, c`, with a `did you mean` hint for a near miss of `bad`."""
     valid = sorted(str(v) for v in valid)
     hint = ""
     if bad is not None:
@@ -67,7 +68,7 @@ def _missing_config(exc) -> str:
     if m and "/" in m.group(1):
         group, _, option = m.group(1).rpartition("/")
         if options:
-            return f"unknown option '{option}' for {group}{_choices(options, option)}"
+            return f"unknown option '{option}' for {group}{choices(options, option)}"
         return f"unknown option '{option}' for {group} (no such config group or file)"
     return _first_line(text)
 
@@ -84,7 +85,7 @@ def _unknown_key(exc) -> str:
             valid = []
     where = f" in '{str(key).rsplit('.', 1)[0]}'" if "." in str(key) else ""
     if valid:
-        return f"unknown key '{key}'{where}{_choices(valid, leaf)}"
+        return f"unknown key '{key}'{where}{choices(valid, leaf)}"
     return f"unknown key '{key}'"
 
 

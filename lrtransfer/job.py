@@ -23,9 +23,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer import __version__, progress
+from lrtransfer import __version__, progress, stop
+from lrtransfer.checkpoint import NAME as CHECKPOINT
+from lrtransfer.checkpoint import FileCheckpoint
 from lrtransfer.config import validate
-from lrtransfer.store import job_dir, job_id, write_record
+from lrtransfer.store import is_complete, job_dir, job_id, write_record
 
 log = logging.getLogger(__name__)
 
@@ -59,43 +61,6 @@ def job_title(cfg) -> str:
     return f"{cfg.model.name} {cfg.param.name} {cfg.optim.name} w={cfg.width} d={cfg.depth} s={cfg.seed}"
 
 
-class FileCheckpoint:
-    """The engine's training state in `<job folder>/checkpoint.pt`, saved atomically."""
-
-    def __init__(self, path: Path, interval_s: float) -> None:
-        self.path, self.interval_s = path, interval_s
-        self.last = time.monotonic()
-
-    def load(self) -> dict | None:
-        import torch
-
-        if not self.path.exists():
-            return None
-        try:
-            state = torch.load(self.path, map_location="cpu", weights_only=False)
-        except Exception as e:  # a truncated or foreign file: start afresh
-            log.warning("ignoring unreadable checkpoint %s (%s)", self.path, e)
-            return None
-        log.info("resuming from %s", self.path)
-        return state
-
-    def due(self) -> bool:
-        return self.interval_s > 0 and time.monotonic() - self.last >= self.interval_s
-
-    def save(self, state: dict) -> None:
-        import torch
-
-        if self.interval_s <= 0:
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.path)
-        self.last = time.monotonic()
-
-    def discard(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
 @contextmanager
 def job_lock(folder: Path) -> Iterator[bool]:
     """An exclusive lock on the job folder; yields False when another process holds it.
@@ -120,14 +85,47 @@ def run_job(cfg: DictConfig) -> dict:
     """Train one job and write its record; never raises for a failure inside the job.
 
     A job another process is already running (two sweeps sharing a results
-    folder) is left to it and reported as `busy`.
+    folder) is left to it and reported as `busy`; one whose complete record
+    appeared since the sweep planned (another sweep finished it) is `done`. A job
+    stopped by Ctrl-C/SIGTERM, or started after one, returns as `interrupted`.
     """
     folder = job_dir(cfg)
-    with job_lock(folder) as mine:
-        if not mine:
-            progress.job_finished()
-            return {"job_id": folder.name, "status": "busy", "error": None, "wall_time_s": 0.0}
-        return _run_locked(cfg, folder)
+    try:
+        with stop.worker():
+            if stop.requested():
+                return _summary(folder.name, "interrupted")
+            with job_lock(folder) as mine:
+                if not mine:
+                    return _summary(folder.name, "busy")
+                if not _rerun() and is_complete(folder):
+                    return _summary(folder.name, "done")
+                return _run_locked(cfg, folder)
+    finally:
+        _close_job_log(folder)
+        progress.job_finished()
+
+
+def _summary(job: str, status: str, **extra) -> dict:
+    return {"job_id": job, "status": status, "error": None, "wall_time_s": 0.0, **extra}
+
+
+def _rerun() -> bool:
+    """Whether the sweep was asked to recompute complete records (`--rerun`)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    return bool(OmegaConf.select(HydraConfig.get(), "sweeper.rerun", default=False))
+
+
+def _close_job_log(folder: Path) -> None:
+    """Hydra points the root logger at each job's job.log and leaves it there: close this job's,
+    so the launcher's next lines (and file handles) do not land in it."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == folder.resolve():
+            root.removeHandler(h)
+            h.close()
 
 
 def _run_locked(cfg: DictConfig, folder: Path) -> dict:
@@ -150,7 +148,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         device = built.device
         runs = runs_of(typed)
         log.info("job %s: %d runs on %s", base["job_id"], len(runs), device)
-        checkpoint = FileCheckpoint(folder / "checkpoint.pt", typed.engine.checkpoint_s)
+        checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s)
         with progress.job_steps(job_title(typed), typed.train.steps * len(runs)) as advance:
             results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
         record = {
@@ -162,6 +160,9 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
             "peak_memory_mib": peak_memory_mib(device),
             "runs": [vars(r) for r in results],
         }
+    except stop.Interrupted:
+        log.info("job %s interrupted", base["job_id"])
+        return _summary(base["job_id"], "interrupted", checkpoint=(folder / CHECKPOINT).exists())
     except Exception as e:  # recorded, reported at the end of the sweep; the sweep goes on
         log.exception("job failed")
         record = {
@@ -171,10 +172,16 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
             "traceback": traceback.format_exc(),
             "wall_time_s": round(time.perf_counter() - started, 3),
         }
-    write_record(folder, record)
+    if record["status"] == "failed" and is_complete(folder):  # --rerun: a failure never replaces a result
+        log.warning("keeping the complete record %s", folder / "record.json")
+    else:
+        try:
+            write_record(folder, record)
+        except OSError as e:  # a full disk: the checkpoint (if any) stays, a re-run finishes the job
+            progress.warn(f"could not write {folder / 'record.json'} ({e.strerror or e})")
+            return _summary(base["job_id"], "failed", error=f"could not write its record: {e.strerror or e}")
     if record["status"] == "complete":
-        FileCheckpoint(folder / "checkpoint.pt", 0).discard()
-    progress.job_finished()
+        FileCheckpoint(folder / CHECKPOINT, 0).discard()
     return {k: record.get(k) for k in ("job_id", "status", "error", "wall_time_s")}
 
 

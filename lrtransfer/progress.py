@@ -8,6 +8,7 @@ count.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -18,6 +19,7 @@ _display: Progress | None = None
 _jobs_task = None
 
 console = Console(stderr=True)
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -59,3 +61,9 @@ def job_steps(description: str, total: int) -> Iterator[Callable[[int], None] | 
         yield lambda n: _display.advance(task, n)
     finally:
         _display.remove_task(task)
+
+
+def warn(message: str) -> None:
+    """A warning for the person at the screen, above the bars when a display is up, and in the job's log."""
+    log.warning(message)
+    console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)

@@ -86,6 +86,17 @@ def positive(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be positive, got {value!r}")
 
 
+def non_negative(name: str, value: float) -> None:
+    if not value >= 0:  # also refuses NaN
+        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+
+
+def in_unit(name: str, value: float) -> None:
+    """A decay rate (Adam's betas, momentum): in [0, 1); 1 would never forget, above 1 grows without bound."""
+    if not 0 <= value < 1:
+        raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+
 def finite_fields(group: str, node: Any) -> None:
     for key, value in vars(node).items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):

@@ -64,19 +64,34 @@ def job_dir(cfg: DictConfig | dict) -> Path:
     return study_dir(cfg["results_dir"], cfg["name"]) / job_id(cfg)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write `data` so that readers see the old file or the new one, never half of one."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` so that readers see the old file or the new one, never half of one.
+
+    The file gets the mode any other file would (0666 less the umask, typically
+    0644), not mkstemp's private 0600: a shared results folder stays readable.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, allow_nan=True)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=True))
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def write_record(folder: Path, record: dict) -> Path:

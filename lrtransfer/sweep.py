@@ -24,8 +24,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from lrtransfer import stop
 from lrtransfer.config import ConfigError, validate
-from lrtransfer.store import is_complete, job_dir
+from lrtransfer.store import is_complete, job_dir, write_text_atomic
 
 
 @dataclass
@@ -44,7 +45,10 @@ class SweepReport:
 
     @property
     def failed(self) -> list[dict]:
-        return [r for r in self.returns if r.get("status") not in ("complete", "busy")]
+        return [r for r in self.returns if r.get("status") not in ("complete", "busy", "done", "interrupted")]
+
+    def count(self, *statuses: str) -> int:
+        return sum(r.get("status") in statuses for r in self.returns)
 
 
 # The report of the last sweep run in this process, for the CLI to print.
@@ -84,6 +88,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
     skipped = 0
     studies: dict[Path, None] = {}
     checked_data: set[str] = set()
+    tasks: dict[tuple, object] = {}  # the data of the jobs, built once, to size their runs
     cuda_wanted = False
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     for overrides in job_overrides:
@@ -108,6 +113,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
 
             ensure_files(typed.data)
             checked_data.add(repr(typed.data))
+        _check_memory(typed, tasks)
         todo.append(PlannedJob(list(overrides), folder.name, folder))
     if cuda_wanted:
         from lrtransfer.build import select_device
@@ -117,6 +123,22 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
     for d in studies:
         check_writable(d)
     return todo, skipped, list(studies)
+
+
+def _check_memory(typed, tasks: dict) -> None:
+    """Refuse a job whose single run cannot fit in memory (see `engine.check_fits`), before any trains."""
+    import torch
+
+    from lrtransfer import build
+    from lrtransfer.engine import check_fits
+
+    device = build.select_device(typed.engine.device)
+    dtype = build.DTYPES[typed.train.dtype.value]
+    key = (repr(typed.data), dtype)
+    if key not in tasks:
+        tasks[key] = build.task(typed, torch.device("cpu"), dtype)
+    built = build.job(typed, device, data=tasks[key])
+    check_fits(built, f"width={typed.width} depth={typed.depth} train.batch_size={typed.train.batch_size}")
 
 
 def check_writable(folder: Path) -> None:
@@ -137,7 +159,17 @@ def sweep(sweeper, arguments: list[str]) -> list:
 
     params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()] + list(arguments)
     parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
-    (job_overrides,) = sweeper.split_arguments(parser.parse_overrides(params), None)
+    overrides = parser.parse_overrides(params)
+    for o in overrides:
+        if o.is_sweep_override():
+            try:
+                values = list(o.sweep_string_iterator())
+            except ValueError as e:  # range() with a zero step
+                raise ConfigError(f"cannot expand '{o.input_line}': {e}") from None
+            if not values:
+                raise ConfigError(f"'{o.input_line}' gives no values, so the sweep has no jobs")
+    _check_launcher(sweeper.config)
+    (job_overrides,) = sweeper.split_arguments(overrides, None)
     todo, skipped, studies = plan(sweeper, job_overrides, rerun=sweeper.rerun)
 
     report = SweepReport(study_dirs=studies, total=len(todo) + skipped, skipped=skipped)
@@ -145,18 +177,41 @@ def sweep(sweeper, arguments: list[str]) -> list:
     if not todo:
         return []
     for d in studies:
-        OmegaConf.save(sweeper.config, d / "multirun.yaml")
+        write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
 
     batch_size = sweeper.max_batch_size or len(todo)
     returns = []
     with progress.sweep_display(len(todo), enabled=_progress_enabled(sweeper.config)):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
-            results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=i)
+            try:
+                results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=i)
+            except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
+                if stop.requested():
+                    raise stop.Interrupted(_interrupted_message(report)) from None
+                raise
             for job, r in zip(batch, results):
                 report.returns.append(_job_return(job, r))
             returns.append(results)
+            if stop.requested() or report.count("interrupted"):
+                raise stop.Interrupted(_interrupted_message(report))
     return returns
+
+
+def _interrupted_message(report: SweepReport) -> str:
+    saved = sum(bool(r.get("checkpoint")) for r in report.returns if r.get("status") == "interrupted")
+    finished = report.count("complete", "failed")
+    line = f"interrupted: {finished} job(s) finished here and every finished record is kept"
+    if saved:
+        return f"{line}; {saved} running job(s) saved a checkpoint: re-run the same command to resume them"
+    return f"{line}; no checkpoint was saved (engine.checkpoint_s=0, or no job was running): re-run to compute the rest"
+
+
+def _check_launcher(cfg) -> None:
+    """What the launcher would only refuse mid-launch, with a traceback."""
+    n_jobs = OmegaConf.select(cfg, "hydra.launcher.n_jobs", default=None)
+    if n_jobs == 0:
+        raise ConfigError("hydra.launcher.n_jobs=0 runs nothing; valid: N > 0 jobs at once, or -1 (one per core)")
 
 
 def _job_return(job: PlannedJob, r) -> dict:

@@ -48,6 +48,41 @@ CATALOGUE = [
      "width=30 is not divisible by model.heads=4"),
     ("missing config dir", ["--config-dir", "{tmp}/nope"], "config directory"),
     ("YAML error in a config file", ["--config-dir", "{yaml_dir}", "model=broken"], "YAML error in {yaml_dir}/model/broken.yaml, line"),
+    # values the schema types accept but that mean nothing (issue 15)
+    ("beta1 above 1", ["optim.beta1=2"], "optim.beta1 must be in [0, 1), got 2.0"),
+    ("beta2 of 1", ["optim.beta2=1"], "optim.beta2 must be in [0, 1), got 1.0"),
+    ("negative eps", ["optim.eps=-1"], "optim.eps must be positive, got -1.0"),
+    ("negative weight decay", ["optim.weight_decay=-1"], "optim.weight_decay must be >= 0, got -1.0"),
+    ("negative momentum", ["optim=sgd", "optim.momentum=-1"], "optim.momentum must be in [0, 1), got -1.0"),
+    ("momentum above 1", ["optim=sgd", "optim.momentum=5"], "optim.momentum must be in [0, 1), got 5.0"),
+    ("added root key", ["+foo=1"], "unknown key 'foo'; valid: data, depth"),
+    ("added nested key", ["+train.foo=1"], "unknown key 'train.foo'; valid: batch_size"),
+    ("added group key", ["+model.foo=1"], "unknown key 'model.foo'; valid: activation, bias, name"),
+    ("deleted key", ["~width"], "key 'width' is required (it cannot be deleted with ~)"),
+    ("NaN checkpoint interval", ["engine.checkpoint_s=nan"], "engine.checkpoint_s must be a number of seconds >= 0"),
+    ("teacher input_dim 0", ["data.input_dim=0"], "data.input_dim must be positive, got 0"),
+    ("teacher classes 0", ["data.classes=0"], "data.classes must be >= 2, got 0"),
+    ("teacher temperature 0", ["data.temperature=0"], "data.temperature must be positive, got 0.0"),
+    ("teacher eval_size 0", ["data.eval_size=0"], "data.eval_size must be positive, got 0"),
+    ("teacher depth 0", ["data.teacher_depth=0"], "data.teacher_depth must be positive, got 0"),
+    ("LR far below float range", ["lr.log2_min=-1100"], "lr.log2_min=-1100 is out of range; valid: -100 .. 100"),
+    ("LR far above float range", ["lr.log2_max=1100"], "lr.log2_max=1100 is out of range; valid: -100 .. 100"),
+    # oversized requests, refused before anything is allocated
+    ("LR grid of 10^10 points", ["lr.log2_step=1e-9"], "lr.log2_step=1e-09 gives an LR grid of 4000000000 points; at most 10000 runs a job"),
+    ("LR grid of 200,001 points", ["lr.log2_min=-10", "lr.log2_max=-8", "lr.log2_step=1e-5"], "gives an LR grid of 200001 points"),
+    ("a million seeds", ["n_seeds=1000000"], "n_seeds=1000000 x 5 learning rates = 5000000 runs in a job; at most 10000"),
+    ("width beyond memory", ["width=60000"], "width=60000 depth=3 train.batch_size=16: one run needs about"),
+    ("batch beyond memory", ["train.batch_size=1000000000"], "train.batch_size=1000000000: one run needs about"),
+    ("batch beyond the machine", ["train.batch_size=1000000000", "engine.max_memory_gb=1000000"], "more than this machine's memory"),
+    ("depth beyond the bound", ["depth=10000"], "depth=10000 is beyond the sane bound of 1024"),
+    # sweeps that expand to nothing, or that the launcher would refuse mid-launch
+    ("range with a zero step", ["width=range(16,32,0)"], "cannot expand 'width=range(16,32,0)': range() arg 3 must not be zero"),
+    ("empty range", ["width=range(0)"], "'width=range(0)' gives no values, so the sweep has no jobs"),
+    ("zero parallel jobs", ["hydra/launcher=parallel", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 runs nothing"),
+    ("group YAML of the wrong shape", ["--config-dir", "{yaml_dir}", "model=listed"],
+     "model: expected a mapping with name: one of cnn, mlp, resnet"),
+    ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
+     "model=mlp: its YAML file must start with 'defaults: [/schema/model/mlp@_here_, _self_]'"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
@@ -58,6 +93,8 @@ def yaml_dir(tmp_path):
     d = tmp_path / "userconf"
     (d / "model").mkdir(parents=True)
     (d / "model" / "broken.yaml").write_text("name: mlp\nactivation: [relu\n")
+    (d / "model" / "listed.yaml").write_text("- name: mlp\n- bias: true\n")
+    (d / "model" / "untyped.yaml").write_text("name: mlp\nactivation: relu\nbias: true\n")
     return d
 
 
@@ -129,6 +166,28 @@ def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, tmp_path):
     # and a sweep recomputes the job whose record is unreadable, leaving the other alone
     code, out, _ = cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")
     assert code == 0 and "1 job(s) ran, 1 already done" in out
+    stray = tmp_path / "s" / "stray" / "record.json"  # a corrupt record of no job of this sweep
+    stray.parent.mkdir()
+    stray.write_text('{"status": "compl')
+    code, out, err = cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")
+    # the sweep's own summary skips it with one warning line, not a raw Python warning
+    assert code == 0 and f"warning: skipped {stray}" in err and "SkippedRecordWarning" not in err
+
+
+@pytest.mark.parametrize("command", ["list", "summary", "plot", "report"])
+def test_a_record_whose_width_is_not_a_number(cli, tmp_path, command):
+    import json
+
+    assert cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")[0] == 0
+    paths = sorted((tmp_path / "s").glob("*/record.json"))
+    for i, path in enumerate(paths):
+        rec = json.loads(path.read_text())
+        rec["config"]["width"] = "wide"
+        path.write_text(json.dumps(rec))
+        code, out, err = cli(command, str(tmp_path))
+        assert "Traceback" not in err and f"skipped {path}: malformed record" in err
+        if i == len(paths) - 1:  # every record lacks a numeric width: nothing to analyse
+            assert code == 2 and "no finished records" in err
 
 
 def test_unknown_metric(cli, tmp_path):

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from lrtransfer import build
-from lrtransfer import engine, stop
+from lrtransfer import build, engine, stop
 from lrtransfer.engine import Run
-from lrtransfer.job import FileCheckpoint
+from lrtransfer.checkpoint import FileCheckpoint
 from tests.conftest import TINY, lrtransfer_cmd, typed
 
 
@@ -76,10 +77,10 @@ def test_same_config_same_records(cli, tmp_path):
 def test_a_crashing_job_is_recorded_and_the_sweep_goes_on(cli, tmp_path, monkeypatch):
     real = build.job
 
-    def flaky(cfg, device=None):
-        if cfg.width == 32:
+    def flaky(cfg, device=None, **kw):
+        if cfg.width == 32 and "data" not in kw:  # when the job builds (planning sizes jobs on a prebuilt task)
             raise RuntimeError("CUDA out of memory (simulated)")
-        return real(cfg, device)
+        return real(cfg, device, **kw)
 
     monkeypatch.setattr(build, "job", flaky)
     code, out, _ = cli("sweep", *TINY, "width=16,32,48", f"results_dir={tmp_path}", "name=s")
@@ -124,14 +125,189 @@ def test_sigint_then_rerun_computes_exactly_the_missing_jobs(tmp_path):
     assert len(resumed) == 1 and resumed[0].parent.name not in done
 
 
-def test_two_sweeps_into_one_folder_corrupt_nothing(tmp_path):
+@pytest.mark.parametrize("widths", [["16,24,32", "40,48,16"], ["16,24,32", "24,32,40", "32,40,16"]], ids=["2", "3"])
+def test_overlapping_sweeps_train_every_job_exactly_once(tmp_path, widths):
     common = ["sweep", "train.steps=300", "train.batch_size=16", "data.eval_size=64", "lr.log2_min=-9",
               "lr.log2_max=-7", "engine.threads=1", "engine.progress=false", f"results_dir={tmp_path}", "name=s"]
-    a = subprocess.Popen(lrtransfer_cmd() + common + ["width=16,24,32"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    b = subprocess.Popen(lrtransfer_cmd() + common + ["width=24,32,40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for p in (a, b):
+    procs = [subprocess.Popen(lrtransfer_cmd() + common + [f"width={w}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for w in widths]
+    for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     recs = runs_of(tmp_path / "s")
-    assert len(recs) == 4  # widths 16, 24, 32, 40: every record readable and complete
+    assert len(recs) == len({w for ws in widths for w in ws.split(",")})  # every record readable and complete
+    for log in (tmp_path / "s").glob("*/job.log"):  # each job trained once, and its log is its own
+        lines = log.read_text().splitlines()
+        assert sum("runs on" in line for line in lines) == 1, lines
+        assert all(log.parent.name in line for line in lines if "lrtransfer.job" in line), lines
     assert not list((tmp_path / "s").rglob("*.tmp"))
+
+
+class Payload:
+    """Whoever unpickles this creates a file: what a hostile checkpoint would do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def test_a_malicious_checkpoint_does_not_run(cli, tmp_path):
+    import torch
+
+    args = ("sweep", *TINY, "width=16", f"results_dir={tmp_path}", "name=s")
+    assert cli(*args)[0] == 0
+    (record,) = (tmp_path / "s").glob("*/record.json")
+    expected = json.loads(record.read_text())["runs"]
+    record.unlink()
+    marker = tmp_path / "pwned"
+    torch.save({"chunks": Payload(marker)}, record.parent / "checkpoint.pt")
+    code, out, err = cli(*args)
+    assert code == 0 and "1 job(s) ran" in out
+    assert not marker.exists(), "the checkpoint ran code"
+    assert "ignoring checkpoint" in err and "the job starts afresh" in err  # said on screen, not only in job.log
+    assert json.loads(record.read_text())["runs"] == expected
+    assert not (record.parent / "checkpoint.pt").exists()
+
+
+def test_a_checkpoint_of_another_layout_is_reported_removed_and_recomputed(tmp_path, capsys):
+    import torch
+
+    cfg = typed("width=16", "train.steps=10", "train.batch_size=8", "data.eval_size=32")
+    runs = [Run(log2_lr=-8, seed=0)]
+    ckpt = FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9)
+    reference = engine.train(build.job(cfg), runs, checkpoint=ckpt)  # leaves its last checkpoint behind
+    state = torch.load(ckpt.path, weights_only=True)  # everything the engine saves loads safely
+    del state["ensemble"]["history"]  # a checkpoint of another version: it loads, but does not fit
+    torch.save(state, ckpt.path)
+    capsys.readouterr()
+    again = engine.train(build.job(cfg), runs, checkpoint=FileCheckpoint(ckpt.path, interval_s=0))
+    assert [vars(r) for r in again] == [vars(r) for r in reference]
+    assert "ignoring checkpoint" in capsys.readouterr().err and not ckpt.path.exists()
+
+
+def test_a_failed_checkpoint_write_is_reported_and_training_goes_on(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import torch
+
+    def disk_full(obj, f, *a, **kw):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    cfg = typed("width=16", "train.steps=10", "train.batch_size=8", "data.eval_size=32")
+    runs = [Run(log2_lr=-8, seed=0)]
+    reference = engine.train(build.job(cfg), runs)
+    monkeypatch.setattr(torch, "save", disk_full)
+    got = engine.train(build.job(cfg), runs, checkpoint=FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9))
+    assert [vars(r) for r in got] == [vars(r) for r in reference]
+    err = capsys.readouterr().err
+    assert err.count("could not save checkpoint") == 1 and "No space left on device" in err
+    assert list(tmp_path.iterdir()) == []  # no checkpoint, no .tmp
+
+
+def test_a_full_disk_when_writing_a_record_keeps_finished_records(cli, tmp_path, monkeypatch):
+    import errno
+
+    from lrtransfer import job
+
+    real = job.write_record
+
+    def full_for_width_32(folder, record):
+        if record["config"]["width"] == 32:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(folder, record)
+
+    monkeypatch.setattr(job, "write_record", full_for_width_32)
+    code, out, err = cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")
+    assert code == 1 and "Traceback" not in err
+    assert "could not write its record: No space left on device" in out
+    assert len(runs_of(tmp_path / "s")) == 1 and not list((tmp_path / "s").rglob("*.tmp"))
+    monkeypatch.setattr(job, "write_record", real)
+    code, out, _ = cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")
+    assert code == 0 and "1 job(s) ran, 1 already done" in out
+
+
+def test_files_get_the_umask_mode(cli, tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert cli("sweep", *TINY, "width=16", f"results_dir={tmp_path}", "name=s")[0] == 0
+    finally:
+        os.umask(old)
+    for path in [*(tmp_path / "s").glob("*/record.json"), tmp_path / "s" / "multirun.yaml"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_the_interrupt_message_says_whether_a_rerun_resumes():
+    from lrtransfer.sweep import SweepReport, _interrupted_message
+
+    saved = SweepReport(returns=[{"status": "complete"}, {"status": "interrupted", "checkpoint": True}])
+    assert "1 running job(s) saved a checkpoint: re-run the same command to resume them" in _interrupted_message(saved)
+    unsaved = SweepReport(returns=[{"status": "interrupted", "checkpoint": False}])
+    assert "no checkpoint was saved" in _interrupted_message(unsaved)
+
+
+# ---------------------------------------------------------------- interrupts under worker launchers
+LONG = ["width=16,24", "train.steps=3000", "train.batch_size=16", "data.eval_size=64", "lr.log2_min=-9",
+        "lr.log2_max=-7", "engine.checkpoint_s=0.2", "engine.progress=false", "name=s"]
+LAUNCHERS = {"parallel": ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"], "processes": ["hydra/launcher=processes"]}
+
+
+def _start_and_wait_until_training(tmp_path: Path, launcher: str) -> subprocess.Popen:
+    args = ["sweep", *LONG, *LAUNCHERS[launcher], f"results_dir={tmp_path}"]
+    proc = subprocess.Popen(lrtransfer_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        logs = [p.read_text() for p in (tmp_path / "s").glob("*/job.log")]
+        if sum("runs on" in t for t in logs) == 2:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # past a checkpoint of each job
+    assert proc.poll() is None, proc.communicate()
+    return proc
+
+
+@pytest.mark.parametrize("launcher, sig", [("parallel", signal.SIGTERM), ("processes", signal.SIGINT)])
+def test_a_signal_to_the_sweep_checkpoints_its_workers_and_a_rerun_resumes_bit_for_bit(tmp_path, cli, launcher, sig):
+    pytest.importorskip({"parallel": "hydra_plugins.hydra_joblib_launcher",
+                         "processes": "hydra_plugins.hydra_submitit_launcher"}[launcher])
+    proc = _start_and_wait_until_training(tmp_path / "cut", launcher)
+    proc.send_signal(sig)  # to the sweep's process only, as `kill` or a scheduler would
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "2 running job(s) saved a checkpoint" in err and "Traceback" not in err
+    assert len(list((tmp_path / "cut" / "s").glob("*/checkpoint.pt"))) == 2
+    assert not list((tmp_path / "cut" / "s").glob("*/record.json"))
+
+    code, out, err = cli("sweep", *LONG, *LAUNCHERS[launcher], f"results_dir={tmp_path / 'cut'}")
+    assert code == 0 and "2 job(s) ran" in out, err
+    assert all("resuming from" in p.read_text() for p in (tmp_path / "cut" / "s").glob("*/job.log"))
+    assert cli("sweep", *LONG, f"results_dir={tmp_path / 'whole'}")[0] == 0  # in-process, uninterrupted
+    assert runs_of(tmp_path / "cut" / "s") == runs_of(tmp_path / "whole" / "s")
+
+
+def test_a_killed_sweep_stops_its_workers(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    proc = _start_and_wait_until_training(tmp_path, "parallel")
+    workers = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    proc.kill()
+    proc.communicate()
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list((tmp_path / "s").glob("*/checkpoint.pt"))) < 2:
+        time.sleep(0.2)
+    assert len(list((tmp_path / "s").glob("*/checkpoint.pt"))) == 2  # each worker saved its job
+    assert not list((tmp_path / "s").glob("*/record.json"))
+    while time.time() < deadline and any(_training(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not any(_training(pid) for pid in workers), "a worker went on after its sweep died"
+
+
+def _training(pid: int) -> bool:
+    """Whether a loky worker process is still alive (loky's own manager processes are not counted)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return b"popen_loky" in cmd and state != "Z"

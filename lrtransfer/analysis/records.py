@@ -99,6 +99,10 @@ def _rows(rec: dict) -> list[dict]:
     """A complete record's runs as flat rows; raises on a malformed record."""
     flat = pd.json_normalize(rec["config"], sep=".").iloc[0].to_dict()
     flat["study"] = flat.pop("name", "default")
+    for axis in SCALE_AXES:  # the scales every table and figure is built on
+        v = flat.get(axis)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"config.{axis}={v!r} is not a positive number")
     out = []
     for run in rec["runs"]:
         out.append(

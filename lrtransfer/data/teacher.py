@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from lrtransfer.data import Task
-from lrtransfer.schema import VECTOR, ConfigError
+from lrtransfer.schema import VECTOR, ConfigError, positive
 
 
 @dataclass
@@ -34,6 +34,12 @@ class TeacherOptions:
     temperature: float = 0.5
     seed: int = 1234
     eval_size: int = 4096
+
+    def check(self) -> None:
+        for key in ("input_dim", "teacher_width", "teacher_depth", "temperature", "eval_size"):
+            positive(f"data.{key}", getattr(self, key))
+        if self.classes < 2:
+            raise ConfigError(f"data.classes must be >= 2, got {self.classes}")
 
 
 OPTIONS = TeacherOptions

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from lrtransfer.optim.kernels import adam_directions_
-from lrtransfer.schema import ADAPTIVE, DecayScaling, Grid
+from lrtransfer.schema import ADAPTIVE, DecayScaling, Grid, in_unit, non_negative, positive
 
 
 @dataclass
@@ -24,6 +24,12 @@ class AdamOptions:
     eps: float = 1e-8
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
+
+    def check(self) -> None:
+        in_unit("optim.beta1", self.beta1)
+        in_unit("optim.beta2", self.beta2)
+        positive("optim.eps", self.eps)
+        non_negative("optim.weight_decay", self.weight_decay)
 
 
 OPTIONS = AdamOptions

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from lrtransfer.schema import GRADIENT, DecayScaling, Grid
+from lrtransfer.schema import GRADIENT, DecayScaling, Grid, in_unit, non_negative
 
 
 @dataclass
@@ -22,6 +22,10 @@ class SGDOptions:
     nesterov: bool = False
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
+
+    def check(self) -> None:
+        in_unit("optim.momentum", self.momentum)
+        non_negative("optim.weight_decay", self.weight_decay)
 
 
 OPTIONS = SGDOptions
