@@ -165,7 +165,12 @@ def test_chunked_ensembles_equal_one_ensemble():
     over = [*SMALL, "train.dtype=float64", "train.steps=20", "n_seeds=2"]
     runs = [Run(lr=2.0**e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
     whole = engine.train(typed(*over), runs)
-    for chunk in ("engine.chunk=4", "engine.max_memory_gb=1e-9"):  # 4+2 runs; 1 run each
+    from lrtransfer.data import build_task
+
+    cfg = typed(*over)
+    one_run = engine.footprint(cfg, build_task(cfg, torch.device("cpu"), torch.float64), torch.device("cpu"))
+    budget = 1.5 * one_run.bytes_per_run / 2**30  # room for one run, not two
+    for chunk in ("engine.chunk=4", f"engine.max_memory_gb={budget}"):  # 4+2 runs; 1 run each
         parts = engine.train(typed(*over, chunk), runs)
         for a, b in zip(parts, whole):
             assert (a.lr, a.seed, a.diverged) == (b.lr, b.seed, b.diverged)
@@ -190,6 +195,17 @@ def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
     assert engine.chunk_size(typed("width=512", "engine.chunk=2"), task, 11, cpu) == 2
     assert engine.chunk_size(typed("width=512", "engine.batched=false"), task, 11, cpu) == 1
     assert engine.last_level_cache() >= 2**20
+
+
+def test_a_run_above_the_memory_budget_is_refused_before_training():
+    from lrtransfer.data import build_task
+
+    cpu = torch.device("cpu")
+    cfg = typed("width=512")
+    need = engine.footprint(cfg, build_task(cfg, cpu, torch.float32), cpu).bytes_per_run
+    with pytest.raises(engine.MemoryLimitError, match="width=512 depth=3 .* one run needs about"):
+        engine.train(typed("width=512", f"engine.max_memory_gb={0.9 * need / 2**30}"), [Run(lr=2.0**-8, seed=0)])
+    engine.check_fits(typed("width=512", f"engine.max_memory_gb={1.1 * need / 2**30}"), build_task(cfg, cpu, torch.float32), cpu)
 
 
 def test_opt_in_precisions():
