@@ -166,7 +166,9 @@ def test_chunked_ensembles_equal_one_ensemble():
     over = [*SMALL, "train.dtype=float64", "train.steps=20", "n_seeds=2"]
     runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
     whole = engine.train(build.job(typed(*over)), runs)
-    for chunk in ("engine.chunk=4", "engine.max_memory_gb=1e-9"):  # 4+2 runs; 1 run each
+    one_run = engine.footprint(build.job(typed(*over), torch.device("cpu")))
+    budget = 1.5 * one_run.bytes_per_run / 2**30  # room for one run, not two
+    for chunk in ("engine.chunk=4", f"engine.max_memory_gb={budget}"):  # 4+2 runs; 1 run each
         parts = engine.train(build.job(typed(*over, chunk)), runs)
         for a, b in zip(parts, whole):
             assert (a.lr, a.seed, a.diverged) == (b.lr, b.seed, b.diverged)
@@ -188,6 +190,16 @@ def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
     assert engine.chunk_size(build.job(typed("width=512", "engine.chunk=2"), cpu), 11) == 2
     assert engine.chunk_size(build.job(typed("width=512", "engine.batched=false"), cpu), 11) == 1
     assert engine.last_level_cache() >= 2**20
+
+
+def test_a_run_above_the_memory_budget_is_refused_before_training():
+    """The sweep's planning calls check_fits on every job before any trains (test_bad_input covers the CLI)."""
+    cpu = torch.device("cpu")
+    need = engine.footprint(build.job(typed("width=512"), cpu)).bytes_per_run
+    label = "width=512 depth=3 train.batch_size=64"
+    with pytest.raises(engine.MemoryLimitError, match="width=512 depth=3 .* one run needs about"):
+        engine.check_fits(build.job(typed("width=512", f"engine.max_memory_gb={0.9 * need / 2**30}"), cpu), label)
+    engine.check_fits(build.job(typed("width=512", f"engine.max_memory_gb={1.1 * need / 2**30}"), cpu), label)
 
 
 def test_opt_in_precisions():
