@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer import __version__, progress
+from lrtransfer import __version__, progress, requeue
 from lrtransfer.config import validate
 from lrtransfer.store import job_dir, job_id, write_record
 
@@ -123,7 +123,7 @@ def run_job(cfg: DictConfig) -> dict:
     folder) is left to it and reported as `busy`.
     """
     folder = job_dir(cfg)
-    with job_lock(folder) as mine:
+    with requeue.checkpoint_first(), job_lock(folder) as mine:
         if not mine:
             progress.job_finished()
             return {"job_id": folder.name, "status": "busy", "error": None, "wall_time_s": 0.0}
