@@ -12,12 +12,16 @@ that finishes before reaching that point simply finishes.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lrtransfer import stop
+
+log = logging.getLogger(__name__)
 
 
 def _submitit_signal() -> signal.Signals | None:
@@ -39,10 +43,10 @@ def checkpoint_first() -> Iterator[None]:
         yield
         return
     requeue = signal.getsignal(sig)
-    caught: list[int] = []
+    caught: list[tuple[int, float]] = []
 
     def ask_to_stop(signum, frame):
-        caught.append(signum)
+        caught.append((signum, time.monotonic()))
         stop.request()
 
     signal.signal(sig, ask_to_stop)
@@ -51,8 +55,11 @@ def checkpoint_first() -> Iterator[None]:
     except KeyboardInterrupt:
         if not caught:
             raise
+        signum, at = caught[0]
+        log.info("training stopped and checkpointed %.1f s after %s; submitit requeues", time.monotonic() - at,
+                 signal.Signals(signum).name)
         signal.signal(sig, requeue)
-        requeue(caught[0], None)  # requeues the job and exits (or raises: too many timeouts)
+        requeue(signum, None)  # requeues the job and exits (or raises: too many timeouts)
         raise
     finally:
         signal.signal(sig, requeue)
