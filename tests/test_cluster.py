@@ -247,15 +247,19 @@ def check_requeued_equals_reference(tmp_path, proc, reference):
 
 
 def run_beside_reference(env, tmp_path, overrides, during=None):
-    """The SLURM sweep in the background, the uninterrupted in-process reference meanwhile."""
+    """The SLURM sweep in the background (and `during`, in a thread), the uninterrupted
+    in-process reference meanwhile, with the same job config."""
+    import threading
+
     t0 = time.monotonic()
     job = subprocess.Popen(lrtransfer_cmd() + ["sweep", *overrides, f"results_dir={tmp_path / 'slurm'}", "name=s"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    ref = sweep(env, *LONG, f"results_dir={tmp_path / 'ref'}", "name=s")
-    assert ref.returncode == 0, ref.stderr
     if during:
-        during()
-    out, err = job.communicate(timeout=1500)
+        threading.Thread(target=during, daemon=True).start()
+    semantic = [o for o in overrides if not o.startswith("hydra")]
+    ref = sweep(env, *semantic, f"results_dir={tmp_path / 'ref'}", "name=s")
+    assert ref.returncode == 0, ref.stderr
+    out, err = job.communicate(timeout=1800)
     proc = subprocess.CompletedProcess(job.args, job.returncode, out, err)
     proc.wall = time.monotonic() - t0
     (rec,) = (json.loads(p.read_text()) for p in (tmp_path / "ref" / "s").glob("*/record.json"))
@@ -265,10 +269,10 @@ def run_beside_reference(env, tmp_path, overrides, during=None):
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_slurm_time_limit_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
-    # SLURM signals about a minute before the 3-minute limit. Each start costs ~30 s here (imports,
-    # data, checkpoint; more on a busy machine), so ~1 minute of training needs a requeue or two.
-    overrides = [*LONG, *SLURM, "hydra.launcher.timeout_min=3", "hydra.launcher.signal_delay_s=60",
-                 "hydra.launcher.max_num_timeout=3"]
+    # SLURM signals about a minute before the 3-minute limit; each start costs ~30 s here (imports,
+    # data, checkpoint; more on a busy machine). 2-4 minutes of training: one requeue or more.
+    overrides = [*LONG, "train.steps=5000", *SLURM, "hydra.launcher.timeout_min=3",
+                 "hydra.launcher.signal_delay_s=60", "hydra.launcher.max_num_timeout=6"]
     proc, reference = run_beside_reference(slurm, tmp_path, overrides)
     check_requeued_equals_reference(tmp_path, proc, reference)
 
@@ -278,17 +282,17 @@ def test_slurm_time_limit_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
 def test_slurm_preemption_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
     overrides = [*LONG, *SLURM, "hydra.launcher.timeout_min=30", "hydra.launcher.max_num_timeout=0"]
 
-    def preempt():  # as an admin would: the signal submitit listens for, to the running job
+    def preempt():  # as an admin would: the signal submitit listens for, once the job has trained a while
         for _ in range(600):
-            state = subprocess.run(["squeue", "-h", "-n", "lrtransfer", "-o", "%i %T"], capture_output=True,
-                                   text=True, env=slurm).stdout.split()
-            if state[1:2] == ["RUNNING"]:
+            logs = list((tmp_path / "slurm" / "s").glob("*/job.log"))
+            if logs and "runs on" in logs[0].read_text():
+                time.sleep(20)
+                state = subprocess.run(["squeue", "-h", "-n", "lrtransfer", "-o", "%i"], capture_output=True,
+                                       text=True, env=slurm).stdout.split()
                 subprocess.run(["scancel", "--signal=USR2", state[0]], check=True, env=slurm)
                 return
             time.sleep(1)
-        pytest.fail("the job never ran")
 
-    # The reference (~1 min) runs first, so the job has trained a while when it is preempted;
     # max_num_timeout=0: a preemption must not count as a timeout.
     proc, reference = run_beside_reference(slurm, tmp_path, overrides, during=preempt)
     check_requeued_equals_reference(tmp_path, proc, reference)
