@@ -62,7 +62,15 @@ def describe(exc: BaseException) -> str | None:
 
 
 def _missing_config(exc) -> str:
+    from lrtransfer.launchers import PLUGIN_EXTRAS
+
     text = str(exc)
+    missing = getattr(exc, "missing_cfg_file", None) or ""
+    group, _, option = missing.rpartition("/")
+    if group == "hydra/launcher" and option in PLUGIN_EXTRAS:
+        extra = PLUGIN_EXTRAS[option]
+        return (f"the launcher needs Hydra's {option} launcher plugin, which is not installed here: "
+                f"pip install 'lrtransfer[{extra}]'")
     m = re.search(r"Could not find '([^']+)'", text)
     options = getattr(exc, "options", None) or re.findall(r"^\t(\S+)$", text, flags=re.M)
     if m and "/" in m.group(1):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer import __version__, progress, stop
+from lrtransfer import __version__, progress, requeue, stop
 from lrtransfer.checkpoint import NAME as CHECKPOINT
 from lrtransfer.checkpoint import FileCheckpoint
 from lrtransfer.config import validate
@@ -91,7 +91,7 @@ def run_job(cfg: DictConfig) -> dict:
     """
     folder = job_dir(cfg)
     try:
-        with stop.worker():
+        with requeue.checkpoint_first(), stop.worker():
             if stop.requested():
                 return _summary(folder.name, "interrupted")
             with job_lock(folder) as mine:

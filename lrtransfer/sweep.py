@@ -69,6 +69,10 @@ def launch(argv: list[str]) -> SweepReport | None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     parser = get_args_parser()
     args = parser.parse_intermixed_args(argv)
+    if not (args.cfg or args.info or args.shell_completion or args.run):
+        # The config says MULTIRUN anyway; saying it here keeps Hydra from retrying a
+        # failed composition in RUN mode, where any error became "Ambiguous value".
+        args.multirun = True
     last_report = None
     _run_hydra(
         args=args,
@@ -155,7 +159,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
     global last_report
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from lrtransfer import progress
+    from lrtransfer import launchers, progress
 
     params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()] + list(arguments)
     parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
@@ -176,6 +180,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
     last_report = report
     if not todo:
         return []
+    launchers.prepare(sweeper.config)
     for d in studies:
         write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
 

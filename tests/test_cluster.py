@@ -1,0 +1,299 @@
+"""Beyond one machine: a Ray cluster and SLURM, checked against the real engines.
+
+Tests marked `cluster` start a one-node SLURM cluster or a Ray head on localhost
+through `scripts/cluster_check.sh` (root; it installs what is missing) and stop
+them afterwards; they are skipped, with the script's reason, where that cannot be
+done. `scripts/cluster_check.sh` runs this file; `make test` deselects them.
+The unmarked tests here need no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY, lrtransfer_cmd
+from tests.test_launchers import in_process, needs, records  # noqa: F401  (in_process: a fixture)
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cluster_check.sh"
+SKIPPED = 77  # the script's "cannot set up here"
+
+
+def start(kind: str) -> dict:
+    """Start an engine through the script; return the environment it says to use, or skip with its reason."""
+    proc = subprocess.run([str(SCRIPT), "start", kind], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHON": sys.executable})
+    if proc.returncode == SKIPPED:
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stderr
+    env = dict(os.environ)
+    for line in proc.stdout.splitlines():
+        if line.startswith("export "):
+            env.update(kv.split("=", 1) for kv in line[len("export "):].split())
+    return env
+
+
+def stop(kind: str) -> None:
+    subprocess.run([str(SCRIPT), "stop", kind], check=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    env = start("slurm")
+    yield env
+    stop("slurm")
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    env = start("ray")
+    yield env
+    stop("ray")
+
+
+def sweep(env: dict, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(lrtransfer_cmd() + ["sweep", *overrides], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
+         "hydra.launcher.mem_gb=1"]
+
+
+# --- no engine needed -------------------------------------------------------
+
+
+def test_missing_launcher_plugin_names_the_extra():
+    from hydra.errors import MissingConfigException
+
+    from lrtransfer.errors import describe
+
+    for option, extra in [("ray", "ray"), ("submitit_slurm", "submitit"), ("joblib", "joblib")]:
+        exc = MissingConfigException(f"In 'hydra/launcher/x': Could not load 'hydra/launcher/{option}'.",
+                                     missing_cfg_file=f"hydra/launcher/{option}")
+        assert describe(exc) == (f"the launcher needs Hydra's {option} launcher plugin, which is not installed "
+                                 f"here: pip install 'lrtransfer[{extra}]'")
+
+
+def test_bad_launcher_key_in_a_sweep_is_named(cli, tmp_path):
+    """Not "Ambiguous value for argument 'width=16,32'", which named the wrong argument."""
+    code, out, err = cli("sweep", *TINY, "width=16,32", "hydra/launcher=parallel", "hydra.launcher.n_jobz=2",
+                         f"results_dir={tmp_path}")
+    assert code == 2
+    assert err.startswith("error: unknown key 'hydra.launcher.n_jobz'") and "did you mean 'n_jobs'" in err
+
+
+@needs("hydra_plugins.hydra_ray_launcher")
+def test_ray_launcher_configs():
+    from omegaconf import OmegaConf
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module("lrtransfer.conf", version_base="1.3"):
+        init = {name: OmegaConf.to_container(
+            hydra_compose("config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True).hydra.launcher.ray.init)
+            for name in ("ray_cluster", "ray_local")}
+    # Present and null: the plugin's object-store default (refused when connecting) is not added.
+    assert init["ray_cluster"]["address"] == "auto" and init["ray_cluster"]["object_store_memory"] is None
+    assert init["ray_local"]["address"] == "local"  # never joins a cluster that happens to run here
+
+
+@needs("hydra_plugins.hydra_ray_launcher")
+def test_ray_address_without_a_cluster_is_one_line(cli, tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    code, out, err = cli("sweep", *TINY, "width=16,32", "hydra/launcher=ray_cluster",
+                         f"hydra.launcher.ray.init.address=127.0.0.1:{port}", f"results_dir={tmp_path}", "name=s")
+    assert code == 2 and err.startswith(f"error: hydra.launcher.ray.init.address=127.0.0.1:{port}: no Ray cluster")
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - t0 < 60
+    assert not list(tmp_path.rglob("record.json"))
+
+
+@needs("submitit")
+def test_requeue_signal_saves_a_checkpoint_first(tmp_path, monkeypatch):
+    """submitit's real handler, driven by the signal mid-training: the engine saves its state at the
+    next check, then submitit requeues and exits; resuming gives the uninterrupted result exactly."""
+    from submitit.core.job_environment import JobEnvironment, SignalHandler
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    from lrtransfer import build, engine, requeue, stop
+    from lrtransfer.checkpoint import FileCheckpoint
+    from lrtransfer.job import runs_of
+    from tests.conftest import typed
+
+    cfg = typed(*TINY, "train.steps=40", "width=16")
+    runs = runs_of(cfg)
+    reference = engine.train(build.job(cfg), runs)
+
+    class Launcher:  # what submitit asks of the task: a checkpoint method
+        def __call__(self):
+            pass
+
+        def checkpoint(self):
+            return DelayedSubmission(self)
+
+    requeued = []
+
+    class Env(JobEnvironment):
+        def __init__(self):
+            pass
+
+        global_rank = 0
+
+        def _requeue(self, countdown):
+            requeued.append(countdown)
+
+    delayed = DelayedSubmission(Launcher())
+    delayed._timeout_min, delayed._timeout_countdown = 60, 3
+    paths = JobPaths(tmp_path / "submitit", job_id="1")
+    paths.folder.mkdir(parents=True)
+    handler = SignalHandler(Env(), paths, delayed)
+    monkeypatch.setattr(stop, "_requested", False)
+    previous = signal.signal(signal.SIGUSR2, handler.checkpoint_and_try_requeue)
+    checkpoint = FileCheckpoint(tmp_path / "checkpoint.pt", 3600)  # only a requested save happens
+    sent = []
+
+    def progress(n):
+        if not sent:
+            sent.append(n)
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+    try:
+        with pytest.raises(SystemExit), requeue.checkpoint_first():
+            engine.train(build.job(cfg), runs, progress=progress, checkpoint=checkpoint)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert requeued == [3]  # preempted, not timed out: no timeout used up
+    assert checkpoint.path.exists() and checkpoint.load()["ensemble"]
+    monkeypatch.setattr(stop, "_requested", False)  # a new process, in real life
+    assert engine.train(build.job(cfg), runs, checkpoint=checkpoint) == reference
+
+
+def test_requeue_is_inert_without_submitit():
+    from lrtransfer import requeue
+
+    before = signal.getsignal(signal.SIGUSR2)
+    with requeue.checkpoint_first():
+        assert signal.getsignal(signal.SIGUSR2) is before
+
+
+# --- the real engines -------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_slurm_sweep_equals_in_process(slurm, tmp_path, in_process):
+    proc = sweep(slurm, *TINY, "width=16,32", *SLURM, f"results_dir={tmp_path}", "name=s")
+    assert proc.returncode == 0, proc.stderr
+    assert records(tmp_path / "s") == in_process
+    out = proc.stdout + proc.stderr
+    assert "Bypassing sacct error" not in out and out.count("sacct does not answer") <= 1
+
+
+@pytest.mark.cluster
+@needs("hydra_plugins.hydra_ray_launcher")
+def test_ray_cluster_sweep_equals_in_process(ray_head, tmp_path, in_process):
+    proc = sweep(ray_head, *TINY, "width=16,32", "hydra/launcher=ray_cluster",
+                 f"hydra.launcher.ray.init.address={ray_head['LRT_RAY_ADDRESS']}", f"results_dir={tmp_path}", "name=s")
+    assert proc.returncode == 0, proc.stderr
+    assert records(tmp_path / "s") == in_process
+
+
+# --- preemption and time limits on the real scheduler ------------------------
+
+# ~1 minute of training on one thread here; checkpoints only when asked (signal).
+LONG = ["width=256", "train.steps=2000", "train.batch_size=64", "lr.log2_min=-10", "lr.log2_max=-6",
+        "engine.progress=false", "engine.threads=1", "engine.checkpoint_s=3600"]
+
+
+def submitit_log(folder: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob(".submitit/**/*_log.*")))
+
+
+def stamps(log: str, pattern: str) -> list[float]:
+    """Times (s) of submitit's log lines matching pattern."""
+    from datetime import datetime
+
+    out = []
+    for m in re.finditer(r"[(\[](\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)[)\]].*? - " + pattern, log):
+        out.append(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return out
+
+
+def check_requeued_equals_reference(tmp_path, proc, reference):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = submitit_log(tmp_path / "slurm")
+    assert "Requeued job" in log, log[-3000:]
+    assert records(tmp_path / "slurm" / "s") == records(tmp_path / "ref" / "s")
+    jobs = "\n".join(p.read_text() for p in (tmp_path / "slurm" / "s").glob("*/job.log"))
+    to_checkpoint = re.findall(r"checkpointed ([\d.]+) s after SIGUSR2", jobs)
+    assert to_checkpoint, jobs  # the engine saved its state on the signal, before the requeue
+    exited, started = stamps(log, "Exiting gracefully"), stamps(log, "Starting with JobEnvironment")
+    resumed = [t for t in stamps(jobs, "resuming from")]
+    print(f"requeues: {len(exited)}; signal -> checkpoint saved: {to_checkpoint} s; exit -> next start "
+          f"(SLURM): {[round(s - e, 1) for e, s in zip(exited, started[1:])]} s; start -> resumed (imports, data, "
+          f"checkpoint): {[round(r - s, 1) for s, r in zip(started[1:], resumed)]} s; sweep wall {proc.wall:.0f} s, "
+          f"uninterrupted job {reference:.0f} s")
+
+
+def run_beside_reference(env, tmp_path, overrides, during=None):
+    """The SLURM sweep in the background (and `during`, in a thread), the uninterrupted
+    in-process reference meanwhile, with the same job config."""
+    import threading
+
+    t0 = time.monotonic()
+    job = subprocess.Popen(lrtransfer_cmd() + ["sweep", *overrides, f"results_dir={tmp_path / 'slurm'}", "name=s"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if during:
+        threading.Thread(target=during, daemon=True).start()
+    semantic = [o for o in overrides if not o.startswith("hydra")]
+    ref = sweep(env, *semantic, f"results_dir={tmp_path / 'ref'}", "name=s")
+    assert ref.returncode == 0, ref.stderr
+    out, err = job.communicate(timeout=1800)
+    proc = subprocess.CompletedProcess(job.args, job.returncode, out, err)
+    proc.wall = time.monotonic() - t0
+    (rec,) = (json.loads(p.read_text()) for p in (tmp_path / "ref" / "s").glob("*/record.json"))
+    return proc, rec["wall_time_s"]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_slurm_time_limit_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
+    # SLURM signals about a minute before the 3-minute limit; each start costs ~30 s here (imports,
+    # data, checkpoint; more on a busy machine). 2-4 minutes of training: one requeue or more.
+    overrides = [*LONG, "train.steps=5000", *SLURM, "hydra.launcher.timeout_min=3",
+                 "hydra.launcher.signal_delay_s=60", "hydra.launcher.max_num_timeout=6"]
+    proc, reference = run_beside_reference(slurm, tmp_path, overrides)
+    check_requeued_equals_reference(tmp_path, proc, reference)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_slurm_preemption_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
+    overrides = [*LONG, *SLURM, "hydra.launcher.timeout_min=30", "hydra.launcher.max_num_timeout=0"]
+
+    def preempt():  # as an admin would: the signal submitit listens for, once the job has trained a while
+        for _ in range(600):
+            logs = list((tmp_path / "slurm" / "s").glob("*/job.log"))
+            if logs and "runs on" in logs[0].read_text():
+                time.sleep(20)
+                state = subprocess.run(["squeue", "-h", "-n", "lrtransfer", "-o", "%i"], capture_output=True,
+                                       text=True, env=slurm).stdout.split()
+                subprocess.run(["scancel", "--signal=USR2", state[0]], check=True, env=slurm)
+                return
+            time.sleep(1)
+
+    # max_num_timeout=0: a preemption must not count as a timeout.
+    proc, reference = run_beside_reference(slurm, tmp_path, overrides, during=preempt)
+    check_requeued_equals_reference(tmp_path, proc, reference)
