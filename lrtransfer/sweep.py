@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from lrtransfer.config import ConfigError, validate
 from lrtransfer.store import is_complete, job_dir
+
+if TYPE_CHECKING:
+    from lrtransfer.plan import Plan
 
 
 @dataclass
@@ -48,11 +54,14 @@ class SweepReport:
 
 
 # The report of the last sweep run in this process, for the CLI to print.
-last_report: SweepReport | None = None
+last_report: "SweepReport | Plan | None" = None
 
 
-def launch(argv: list[str]) -> SweepReport | None:
-    """Run `lrtransfer sweep ARGV...` through Hydra; return the report (None for --cfg, --info, -h)."""
+def launch(argv: list[str], action: str = "run") -> SweepReport | Plan | None:
+    """Run `lrtransfer sweep ARGV...` through Hydra; return the report (None for --cfg, --info, -h).
+
+    action="plan" composes and validates every job and returns the `Plan` instead of running it.
+    """
     global last_report
     from hydra import version
     from hydra._internal.utils import _run_hydra, get_args_parser
@@ -61,19 +70,48 @@ def launch(argv: list[str]) -> SweepReport | None:
     from lrtransfer.job import run_job
 
     version.setbase("1.3")
-    # Let errors reach the CLI, which prints them as one line.
-    os.environ["HYDRA_FULL_ERROR"] = "1"
     parser = get_args_parser()
-    args = parser.parse_intermixed_args(argv)
+    args = parser.parse_intermixed_args([*argv, f"hydra.sweeper.action={action}"])
     last_report = None
-    _run_hydra(
-        args=args,
-        args_parser=parser,
-        task_function=run_job,
-        config_path="pkg://lrtransfer.conf",
-        config_name="config",
-    )
+    with _caller_state_kept():
+        _run_hydra(
+            args=args,
+            args_parser=parser,
+            task_function=run_job,
+            config_path="pkg://lrtransfer.conf",
+            config_name="config",
+        )
     return last_report
+
+
+@contextmanager
+def _caller_state_kept() -> Iterator[None]:
+    """Hydra's errors raised (not printed and exited), and the caller's environment and logging left as found.
+
+    HYDRA_FULL_ERROR makes Hydra raise, so the CLI (or a notebook) gets the exception;
+    each job's logging config points the root logger at that job's log file.
+    """
+    import logging
+
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+        for h in root.handlers:
+            if h not in handlers:
+                root.removeHandler(h)
+                h.close()
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
 
 
 def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[PlannedJob], int, list[Path]]:
@@ -131,13 +169,14 @@ def check_writable(folder: Path) -> None:
 def sweep(sweeper, arguments: list[str]) -> list:
     """The body of the lrtransfer sweeper (see module docstring)."""
     global last_report
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     from lrtransfer import progress
 
-    params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()] + list(arguments)
-    parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
-    (job_overrides,) = sweeper.split_arguments(parser.parse_overrides(params), None)
+    job_overrides = expand(sweeper, arguments)
+    if sweeper.action == "plan":
+        from lrtransfer.plan import survey
+
+        last_report = survey(sweeper, job_overrides)
+        return []
     todo, skipped, studies = plan(sweeper, job_overrides, rerun=sweeper.rerun)
 
     report = SweepReport(study_dirs=studies, total=len(todo) + skipped, skipped=skipped)
@@ -157,6 +196,16 @@ def sweep(sweeper, arguments: list[str]) -> list:
                 report.returns.append(_job_return(job, r))
             returns.append(results)
     return returns
+
+
+def expand(sweeper, arguments: list[str]) -> list[list[str]]:
+    """The sweep's jobs, each as its list of overrides (the cartesian product, as Hydra's basic sweeper)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()] + list(arguments)
+    parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
+    (job_overrides,) = sweeper.split_arguments(parser.parse_overrides(params), None)
+    return job_overrides
 
 
 def _job_return(job: PlannedJob, r) -> dict:
