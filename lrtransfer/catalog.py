@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 PRIMARY = "config"
 INTERNAL = ("schema", "grid")  # never chosen by a user
 CHOSEN_HYDRA_GROUPS = ("hydra/launcher",)  # Hydra's groups a user picks here
+CHOSEN_HYDRA_KEYS = ("hydra.launcher.",)  # and keys a user sets (hydra.launcher.n_jobs=2)
 
 
 def _loader():
@@ -28,10 +29,9 @@ def _loader():
 def is_user_facing(name: str) -> bool:
     """An override a user types, as opposed to one lrtransfer or Hydra fills in."""
     name = name.lstrip("+~")
-    head = name.split("=", 1)[0].split("/", 1)[0].split(".", 1)[0]
-    if head == "hydra":
-        return any(name.startswith(g) or g.startswith(name.split("=", 1)[0]) for g in CHOSEN_HYDRA_GROUPS)
-    return head not in INTERNAL
+    if name.startswith("hydra"):
+        return name.startswith(CHOSEN_HYDRA_GROUPS + CHOSEN_HYDRA_KEYS)
+    return name.split("=", 1)[0].split("/", 1)[0].split(".", 1)[0] not in INTERNAL
 
 
 def groups() -> dict[str, list[str]]:
@@ -83,4 +83,5 @@ def complete(previous: list[str], incomplete: str) -> list[str]:
         found = BashCompletion(_loader())._query(config_name=PRIMARY, line=line)
     except Exception:  # a half-typed override that does not compose: nothing to offer
         return []
-    return [c for c in found if is_user_facing(c)]
+    chosen = [f"{g}=" for g in CHOSEN_HYDRA_GROUPS if f"{g}=".startswith(incomplete) and "=" not in incomplete]
+    return [c for c in found if is_user_facing(c) and c not in chosen] + chosen

@@ -51,4 +51,6 @@ def complete_override(ctx: typer.Context, args: List[str], incomplete: str) -> L
     """Typer's autocompletion callback for a command's OVERRIDES argument."""
     from lrtransfer.catalog import complete
 
-    return complete(list(args), incomplete)
+    # the overrides typed before this one: Typer has parsed them into the argument
+    previous = [*(ctx.params.get("overrides") or ()), *args]
+    return complete(previous, incomplete)
