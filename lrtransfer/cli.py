@@ -86,7 +86,7 @@ def _pop_cfg_job(argv: list[str]) -> str | None:
 def _print_plan(plan, show: str | None) -> None:
     from omegaconf import OmegaConf
 
-    from lrtransfer.plan import describe
+    from lrtransfer.sweep_plan import describe
 
     if show:
         if len(plan.jobs) > 1:

@@ -18,7 +18,9 @@ Hydra's basic sweeper that calls `sweep` below. Before launching anything it:
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from lrtransfer.config import ConfigError, validate
 from lrtransfer.store import is_complete, job_dir
 
 if TYPE_CHECKING:
-    from lrtransfer.plan import Plan
+    from lrtransfer.sweep_plan import Plan
 
 
 @dataclass
@@ -173,7 +175,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
 
     job_overrides = expand(sweeper, arguments)
     if sweeper.action == "plan":
-        from lrtransfer.plan import survey
+        from lrtransfer.sweep_plan import survey
 
         last_report = survey(sweeper, job_overrides)
         return []
@@ -225,3 +227,16 @@ def _job_return(job: PlannedJob, r) -> dict:
 def _progress_enabled(cfg) -> bool:
     return bool(OmegaConf.select(cfg, "engine.progress", default=True))
 
+
+
+class _CallableModule(types.ModuleType):
+    """`lrtransfer.sweep(overrides)` is the Python API's sweep (`lrtransfer.api.sweep`), though
+    `lrtransfer.sweep` is also this module: importing a submodule binds its name in the package."""
+
+    def __call__(self, *args, **kwargs):
+        from lrtransfer.api import sweep as api_sweep
+
+        return api_sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

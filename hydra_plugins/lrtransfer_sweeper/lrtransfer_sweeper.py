@@ -21,7 +21,7 @@ class LRTransferSweeperConf:
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None
     rerun: bool = False  # recompute jobs whose record is already complete
-    action: str = "run"  # run | plan: list the jobs and what is done, train nothing (lrtransfer.plan)
+    action: str = "run"  # run | plan: list the jobs and what is done, train nothing (lrtransfer.sweep_plan)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="lrtransfer", node=LRTransferSweeperConf, provider="lrtransfer")

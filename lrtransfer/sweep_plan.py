@@ -1,4 +1,4 @@
-"""A sweep seen before it runs: its jobs, which are done, and what the rest costs.
+"""A sweep seen before it runs (`lrtransfer sweep --plan`, `lrtransfer.plan(...)`): its jobs, which are done, and what the rest costs.
 
 The lrtransfer sweeper calls `survey` instead of launching when asked for a plan
 (`lrtransfer sweep --plan`, `--cfg job`): every job is composed and validated as
