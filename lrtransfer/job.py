@@ -125,7 +125,6 @@ def run_job(cfg: DictConfig) -> dict:
     folder = job_dir(cfg)
     with job_lock(folder) as mine:
         if not mine:
-            progress.job_finished()
             return {"job_id": folder.name, "status": "busy", "error": None, "wall_time_s": 0.0}
         return _run_locked(cfg, folder)
 
@@ -150,7 +149,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         runs = runs_of(typed)
         log.info("job %s: %d runs on %s", base["job_id"], len(runs), device)
         checkpoint = FileCheckpoint(folder / "checkpoint.pt", typed.engine.checkpoint_s)
-        with progress.job_steps(describe(typed), typed.train.steps * len(runs)) as advance:
+        with progress.job_steps(describe(typed), typed.train.steps * len(runs), folder) as advance:
             results = engine.train(typed, runs, progress=advance, checkpoint=checkpoint)
         record = {
             **base,
@@ -173,7 +172,6 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
     write_record(folder, record)
     if record["status"] == "complete":
         FileCheckpoint(folder / "checkpoint.pt", 0).discard()
-    progress.job_finished()
     return {k: record.get(k) for k in ("job_id", "status", "error", "wall_time_s")}
 
 

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 
 from lrtransfer.config import ConfigError, validate
 from lrtransfer.store import is_complete, job_dir
+from lrtransfer.sweep_plan import run_steps
 
 if TYPE_CHECKING:
     from lrtransfer.sweep_plan import Plan
@@ -41,6 +42,7 @@ class PlannedJob:
     overrides: list[str]
     job_id: str
     folder: Path
+    run_steps: int = 0  # its work: LR runs x seeds x steps
 
 
 @dataclass
@@ -148,7 +150,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
 
             prepare(typed)
             prepared.add(repr(typed.data))
-        todo.append(PlannedJob(list(overrides), folder.name, folder))
+        todo.append(PlannedJob(list(overrides), folder.name, folder, run_steps(typed)))
     if cuda_wanted:
         from lrtransfer.engine import select_device
 
@@ -190,7 +192,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
 
     batch_size = sweeper.max_batch_size or len(todo)
     returns = []
-    with progress.sweep_display(len(todo), enabled=_progress_enabled(sweeper.config)):
+    with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=i)

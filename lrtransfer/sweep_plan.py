@@ -56,8 +56,6 @@ class Plan:
 
 def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
     """Compose and validate every job of the sweep; classify each by what is on disk."""
-    from lrtransfer.job import runs_of
-
     loader = sweeper.hydra_context.config_loader
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     plan, seen = Plan(), set()
@@ -74,10 +72,14 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         seen.add(folder.name)
         if plan.first_config is None:
             plan.first_config = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-        steps = len(runs_of(typed)) * typed.train.steps
-        plan.jobs.append(PlanEntry(varying or "(the only job)", folder.name, folder, status_of(folder), steps))
+        plan.jobs.append(PlanEntry(varying or "(the only job)", folder.name, folder, status_of(folder), run_steps(typed)))
     plan.seconds_per_run_step, plan.rate_from = measured_rate({j.folder.parent for j in plan.jobs})
     return plan
+
+
+def run_steps(typed) -> int:
+    """A job's work: one run per LR of its grid and seed, each `train.steps` steps."""
+    return typed.n_seeds * len(typed.lr.values()) * typed.train.steps
 
 
 def status_of(folder: Path) -> str:
