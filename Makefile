@@ -15,7 +15,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[test]" --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet -e ".[test]"
 	touch $@
 
 demo: install

@@ -14,30 +14,47 @@ from typing import List, Optional
 
 import typer
 
+from lrtransfer.completion import complete_override, use_override_aware_bash_script
+
 app = typer.Typer(
     help="Does my learning rate transfer when I scale this model up? Sweep, summarise, plot.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
+use_override_aware_bash_script()
 
 HYDRA_HELP = (
     "Hydra overrides: key=value, comma lists and range() sweep (width=64,256,1024 seed=range(3)); "
     "group options (model=mlp param=standard optim=sgd data=teacher study=width). "
-    "Hydra flags pass through: --cfg job, --info, -h (config groups and keys)."
+    "-h lists the groups, their options and the keys; --cfg job prints the (first) job's config; "
+    "Hydra's other flags pass through (--info, --config-dir DIR)."
 )
 
 
 @app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def sweep(
-    overrides: Optional[List[str]] = typer.Argument(None, help=HYDRA_HELP, show_default=False),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help=HYDRA_HELP, show_default=False, autocompletion=complete_override
+    ),
     rerun: bool = typer.Option(False, "--rerun", help="Recompute jobs that already have a complete record."),
+    plan: bool = typer.Option(
+        False, "--plan", help="List the jobs this sweep would run, which are done or running, and the work left; train nothing."
+    ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
     from lrtransfer import stop
     from lrtransfer.sweep import launch
 
     argv = list(overrides or [])
+    if "-h" in argv:  # Hydra's own app help would list internal groups
+        from lrtransfer.catalog import help_text
+
+        typer.echo(help_text())
+        return
+    show = _pop_cfg_job(argv)
+    if plan or show:
+        _print_plan(launch(argv, action="plan"), show)
+        return
     if rerun:
         argv.append("hydra.sweeper.rerun=true")
     try:
@@ -53,6 +70,34 @@ def sweep(
     _print_sweep_report(report)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _pop_cfg_job(argv: list[str]) -> str | None:
+    """Take `--cfg job [--resolve]` out of ARGV: the plan shows the first job's config, which works
+    for a sweep too (Hydra's --cfg cannot compose comma lists). Returns None, "raw" or "resolved"."""
+    for i, (flag, value) in enumerate(zip(argv, argv[1:])):
+        if flag in ("--cfg", "-c") and value == "job" and not {"--package", "-p"} & set(argv):
+            del argv[i : i + 2]
+            if "--resolve" in argv:
+                argv.remove("--resolve")
+                return "resolved"
+            return "raw"
+    return None
+
+
+def _print_plan(plan, show: str | None) -> None:
+    from omegaconf import OmegaConf
+
+    from lrtransfer.sweep_plan import describe
+
+    if show:
+        if len(plan.jobs) > 1:
+            typer.echo(f"# the first of {len(plan.jobs)} jobs ({plan.jobs[0].varying}); "
+                       "lrtransfer sweep --plan lists them all", err=True)
+        typer.echo(OmegaConf.to_yaml(plan.first_config, resolve=show == "resolved"), nl=False)
+        return
+    for line in describe(plan):
+        typer.echo(line)
 
 
 DIR_HELP = "A results folder, or one study inside it."
@@ -188,6 +233,7 @@ def coord_check(
         help="Config overrides as for sweep (param=mup optim=sgd depth=4 ...); width=64,256,1024 lists the widths "
         "[default: 64,128,256,512,1024].",
         show_default=False,
+        autocompletion=complete_override,
     ),
     steps: int = typer.Option(3, help="Training steps; panels show steps 0 (init) .. STEPS."),
     log2_lr: Optional[float] = typer.Option(None, "--log2-lr", help="log2 learning rate [default: the middle of the LR grid]."),

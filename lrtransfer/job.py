@@ -102,7 +102,6 @@ def run_job(cfg: DictConfig) -> dict:
                 return _run_locked(cfg, folder)
     finally:
         _close_job_log(folder)
-        progress.job_finished()
 
 
 def _summary(job: str, status: str, **extra) -> dict:
@@ -149,7 +148,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         runs = runs_of(typed)
         log.info("job %s: %d runs on %s", base["job_id"], len(runs), device)
         checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s)
-        with progress.job_steps(job_title(typed), typed.train.steps * len(runs)) as advance:
+        with progress.job_steps(job_title(typed), typed.train.steps * len(runs), folder) as advance:
             results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
         record = {
             **base,

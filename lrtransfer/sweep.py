@@ -18,15 +18,24 @@ Hydra's basic sweeper that calls `sweep` below. Before launching anything it:
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from lrtransfer import stop
 from lrtransfer.config import ConfigError, validate
 from lrtransfer.store import is_complete, job_dir, write_text_atomic
+from lrtransfer.sweep_plan import run_steps
+
+if TYPE_CHECKING:
+    from lrtransfer.sweep_plan import Plan
 
 
 @dataclass
@@ -34,6 +43,7 @@ class PlannedJob:
     overrides: list[str]
     job_id: str
     folder: Path
+    run_steps: int = 0  # its work: LR runs x seeds x steps
 
 
 @dataclass
@@ -52,11 +62,14 @@ class SweepReport:
 
 
 # The report of the last sweep run in this process, for the CLI to print.
-last_report: SweepReport | None = None
+last_report: "SweepReport | Plan | None" = None
 
 
-def launch(argv: list[str]) -> SweepReport | None:
-    """Run `lrtransfer sweep ARGV...` through Hydra; return the report (None for --cfg, --info, -h)."""
+def launch(argv: list[str], action: str = "run") -> SweepReport | Plan | None:
+    """Run `lrtransfer sweep ARGV...` through Hydra; return the report (None for --cfg, --info, -h).
+
+    action="plan" composes and validates every job and returns the `Plan` instead of running it.
+    """
     global last_report
     from hydra import version
     from hydra._internal.utils import _run_hydra, get_args_parser
@@ -65,23 +78,52 @@ def launch(argv: list[str]) -> SweepReport | None:
     from lrtransfer.job import run_job
 
     version.setbase("1.3")
-    # Let errors reach the CLI, which prints them as one line.
-    os.environ["HYDRA_FULL_ERROR"] = "1"
     parser = get_args_parser()
-    args = parser.parse_intermixed_args(argv)
+    args = parser.parse_intermixed_args([*argv, f"hydra.sweeper.action={action}"])
     if not (args.cfg or args.info or args.shell_completion or args.run):
         # The config says MULTIRUN anyway; saying it here keeps Hydra from retrying a
         # failed composition in RUN mode, where any error became "Ambiguous value".
         args.multirun = True
     last_report = None
-    _run_hydra(
-        args=args,
-        args_parser=parser,
-        task_function=run_job,
-        config_path="pkg://lrtransfer.conf",
-        config_name="config",
-    )
+    with _caller_state_kept():
+        _run_hydra(
+            args=args,
+            args_parser=parser,
+            task_function=run_job,
+            config_path="pkg://lrtransfer.conf",
+            config_name="config",
+        )
     return last_report
+
+
+@contextmanager
+def _caller_state_kept() -> Iterator[None]:
+    """Hydra's errors raised (not printed and exited), and the caller's environment and logging left as found.
+
+    HYDRA_FULL_ERROR makes Hydra raise, so the CLI (or a notebook) gets the exception;
+    each job's logging config points the root logger at that job's log file.
+    """
+    import logging
+
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+        for h in root.handlers:
+            if h not in handlers:
+                root.removeHandler(h)
+                h.close()
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
 
 
 def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[PlannedJob], int, list[Path]]:
@@ -118,7 +160,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
             ensure_files(typed.data)
             checked_data.add(repr(typed.data))
         _check_memory(typed, tasks)
-        todo.append(PlannedJob(list(overrides), folder.name, folder))
+        todo.append(PlannedJob(list(overrides), folder.name, folder, run_steps(typed)))
     if cuda_wanted:
         from lrtransfer.build import select_device
 
@@ -157,23 +199,15 @@ def check_writable(folder: Path) -> None:
 def sweep(sweeper, arguments: list[str]) -> list:
     """The body of the lrtransfer sweeper (see module docstring)."""
     global last_report
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     from lrtransfer import launchers, progress
 
-    params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()] + list(arguments)
-    parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
-    overrides = parser.parse_overrides(params)
-    for o in overrides:
-        if o.is_sweep_override():
-            try:
-                values = list(o.sweep_string_iterator())
-            except ValueError as e:  # range() with a zero step
-                raise ConfigError(f"cannot expand '{o.input_line}': {e}") from None
-            if not values:
-                raise ConfigError(f"'{o.input_line}' gives no values, so the sweep has no jobs")
+    job_overrides = expand(sweeper, arguments)
     _check_launcher(sweeper.config)
-    (job_overrides,) = sweeper.split_arguments(overrides, None)
+    if sweeper.action == "plan":
+        from lrtransfer.sweep_plan import survey
+
+        last_report = survey(sweeper, job_overrides)
+        return []
     todo, skipped, studies = plan(sweeper, job_overrides, rerun=sweeper.rerun)
 
     report = SweepReport(study_dirs=studies, total=len(todo) + skipped, skipped=skipped)
@@ -186,7 +220,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
 
     batch_size = sweeper.max_batch_size or len(todo)
     returns = []
-    with progress.sweep_display(len(todo), enabled=_progress_enabled(sweeper.config)):
+    with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             try:
@@ -219,6 +253,25 @@ def _check_launcher(cfg) -> None:
         raise ConfigError("hydra.launcher.n_jobs=0 runs nothing; valid: N > 0 jobs at once, or -1 (one per core)")
 
 
+def expand(sweeper, arguments: list[str]) -> list[list[str]]:
+    """The sweep's jobs, each as its list of overrides (the cartesian product, as Hydra's basic sweeper)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (sweeper.params or {}).items()] + list(arguments)
+    parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
+    overrides = parser.parse_overrides(params)
+    for o in overrides:
+        if o.is_sweep_override():
+            try:
+                values = list(o.sweep_string_iterator())
+            except ValueError as e:  # range() with a zero step
+                raise ConfigError(f"cannot expand '{o.input_line}': {e}") from None
+            if not values:
+                raise ConfigError(f"'{o.input_line}' gives no values, so the sweep has no jobs")
+    (job_overrides,) = sweeper.split_arguments(overrides, None)
+    return job_overrides
+
+
 def _job_return(job: PlannedJob, r) -> dict:
     from hydra.core.utils import JobStatus
 
@@ -236,3 +289,16 @@ def _job_return(job: PlannedJob, r) -> dict:
 def _progress_enabled(cfg) -> bool:
     return bool(OmegaConf.select(cfg, "engine.progress", default=True))
 
+
+
+class _CallableModule(types.ModuleType):
+    """`lrtransfer.sweep(overrides)` is the Python API's sweep (`lrtransfer.api.sweep`), though
+    `lrtransfer.sweep` is also this module: importing a submodule binds its name in the package."""
+
+    def __call__(self, *args, **kwargs):
+        from lrtransfer.api import sweep as api_sweep
+
+        return api_sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -21,15 +21,18 @@ class LRTransferSweeperConf:
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None
     rerun: bool = False  # recompute jobs whose record is already complete
+    action: str = "run"  # run | plan: list the jobs and what is done, train nothing (lrtransfer.sweep_plan)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="lrtransfer", node=LRTransferSweeperConf, provider="lrtransfer")
 
 
 class LRTransferSweeper(BasicSweeper):
-    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None, rerun: bool = False) -> None:
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None, rerun: bool = False,
+                 action: str = "run") -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.rerun = rerun
+        self.action = action
 
     def sweep(self, arguments: List[str]) -> Any:
         from lrtransfer.sweep import sweep

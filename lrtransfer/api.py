@@ -1,0 +1,100 @@
+"""The Python API, for notebooks and scripts: what the CLI does, as functions that return data.
+
+Each function validates its input as the CLI does and raises `UserError` with the
+CLI's one-line message (the bad value, the valid choices) instead of printing it
+and exiting. Nothing is left behind in the caller's process: Hydra's error switch
+and the logging it configures per job are restored after a sweep.
+`lrtransfer/__init__.py` exposes these functions lazily, so `import lrtransfer`
+stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lrtransfer.errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from lrtransfer.sweep_plan import Plan
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Known input errors (Hydra's, OmegaConf's, ours) become one `UserError`; bugs pass through."""
+    from lrtransfer.errors import describe
+
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as e:
+        message = describe(e)
+        if message is None:
+            raise
+        raise UserError(message) from None
+
+
+def _argv(overrides: str | Sequence[str]) -> list[str]:
+    return overrides.split() if isinstance(overrides, str) else [str(o) for o in overrides]
+
+
+def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: str = "train_loss") -> dict:
+    """Run a sweep as `lrtransfer sweep OVERRIDES` does (finished jobs are skipped) and summarise it.
+
+    Returns {"groups": [...] (as `summarize`), "study_dirs": [...], "ran": N, "skipped": N,
+    "failed": [{"overrides", "job_id", "error"}, ...]}. A failed job does not raise: the
+    others' results are worth having; look at "failed".
+    """
+    from lrtransfer.sweep import SweepReport, launch
+
+    argv = _argv(overrides)
+    if rerun:
+        argv.append("hydra.sweeper.rerun=true")
+    with user_errors():
+        report = launch(argv)
+    if not isinstance(report, SweepReport):
+        raise UserError("nothing was run (a Hydra flag such as --cfg, --info or -h?); "
+                        "lrtransfer.plan(overrides) lists a sweep's jobs")
+    groups = []
+    for d in report.study_dirs:
+        if any(Path(d).rglob("record.json")):
+            groups += summarize(d, metric)
+    busy = sum(r.get("status") == "busy" for r in report.returns)
+    return {
+        "groups": groups,
+        "study_dirs": [str(d) for d in report.study_dirs],
+        "ran": len(report.returns) - busy,
+        "skipped": report.skipped,
+        "failed": [{k: r.get(k) for k in ("overrides", "job_id", "error")} for r in report.failed],
+    }
+
+
+def plan(overrides: str | Sequence[str] = ()) -> Plan:
+    """The jobs `sweep(overrides)` would run, each with its status and work (`lrtransfer sweep --plan`)."""
+    from lrtransfer.sweep import launch
+
+    with user_errors():
+        return launch(_argv(overrides), action="plan")
+
+
+def load(directory: str | Path = "results") -> pd.DataFrame:
+    """Every run under DIRECTORY (a results folder or one study) as one row: config columns and metrics."""
+    from lrtransfer import analysis
+
+    with user_errors():
+        return analysis.load_runs(directory)
+
+
+def summarize(directory: str | Path = "results", metric: str = "train_loss") -> list[dict]:
+    """The groups of `lrtransfer summary --json`: per scale the best log2 LR and its interval, the drift, a verdict."""
+    from lrtransfer import analysis
+
+    if metric not in analysis.METRICS:
+        raise UserError(f"unknown metric '{metric}'; valid: {', '.join(analysis.METRICS)}")
+    with user_errors():
+        return analysis.summarize(directory, metric)["groups"]

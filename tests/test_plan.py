@@ -1,0 +1,58 @@
+"""Seeing a sweep before running it: --plan, --cfg job on a sweep, and sweep -h."""
+
+from __future__ import annotations
+
+import fcntl
+import re
+
+from tests.conftest import TINY
+
+
+def test_plan_lists_done_running_and_missing_jobs_and_trains_nothing(cli, tmp_path):
+    base = [*TINY, f"results_dir={tmp_path}", "name=p"]
+    code, out, err = cli("sweep", "--plan", *base, "width=16,32,48")
+    assert code == 0, err
+    assert not list(tmp_path.rglob("record.json"))  # nothing trained
+    assert "3 job(s): 3 missing" in out and "no finished job" in out
+    assert "to run: 3 job(s), 180 run-steps" in out  # 5 LRs x 12 steps per job
+
+    assert cli("sweep", *base, "width=16")[0] == 0
+    ids = dict(re.findall(r"missing\s+width=(\d+)\s+[\d,]+ run-steps\s+(\w+)", cli("sweep", "--plan", *base, "width=16,32,48")[1]))
+    lock = tmp_path / "p" / ids["32"] / ".lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # as a running job holds it
+        code, out, _ = cli("sweep", "--plan", *base, "width=16,32,48")
+    assert code == 0
+    assert re.search(r"done\s+width=16 ", out) and re.search(r"running\s+width=32 ", out)
+    assert re.search(r"missing\s+width=48 ", out)
+    assert "to run: 1 job(s), 60 run-steps" in out
+    assert re.search(r"~\d+:\d\d:\d\d in-process at [\d.]+ ms per run-step \(the mean of 1 finished job", out)
+    assert len(list(tmp_path.rglob("record.json"))) == 1
+
+
+def test_plan_refuses_bad_input_like_a_sweep(cli, tmp_path):
+    code, out, err = cli("sweep", "--plan", f"results_dir={tmp_path}", "width=64,0")
+    assert code == 2 and err.startswith("error: width must be positive, got 0")
+
+
+def test_cfg_job_of_a_sweep_shows_its_first_job(cli):
+    code, out, err = cli("sweep", "--cfg", "job", "width=64,128")
+    assert code == 0, err
+    assert "\nwidth: 64\n" in out and "first of 2 jobs" in err
+    code, out, err = cli("sweep", "--cfg", "job", "study=width")
+    assert code == 0, err
+    assert "\nwidth: 64\n" in out and "\nname: width\n" in out and "first of 5 jobs" in err
+    code, out, err = cli("sweep", "--multirun", "--cfg", "job", "width=32,64")
+    assert code == 0 and "\nwidth: 32\n" in out
+
+
+def test_sweep_h_lists_the_users_groups_not_the_internal_ones(cli):
+    code, out, _ = cli("sweep", "-h")
+    assert code == 0
+    assert "powered by Hydra" not in out
+    assert "schema" not in out and "grid" not in out
+    groups = dict(re.findall(r"^  (\S+)\s+(.+)$", out, flags=re.M))
+    assert "[mlp]" in groups["model"] and "resnet" in groups["model"] and "[adam]" in groups["optim"]
+    assert "parallel" in groups["hydra/launcher"] and "depth" in groups["study"]
+    assert "--cfg job" in out and "--plan" in out
