@@ -29,9 +29,16 @@ class ConfigError(UserError, ValueError):
 
 # ---------------------------------------------------------------- choices
 class Activation(str, Enum):
+    """`auto`: the model's own nonlinearity (ACTIVATION of its schema) in the form its
+    parameterization's models use (`scaled_*` under param=modular, as Modula's models:
+    `activation_of`). `scaled_relu`, `scaled_gelu`: sqrt(2) * f (Modula's ScaledReLU, ScaledGELU)."""
+
+    auto = "auto"
     relu = "relu"
     gelu = "gelu"
     tanh = "tanh"
+    scaled_relu = "scaled_relu"
+    scaled_gelu = "scaled_gelu"
 
 
 class ResidualRule(str, Enum):
@@ -82,6 +89,15 @@ class ModularInit(str, Enum):
 class NormEstimate(str, Enum):
     power = "power"  # warm-started power iteration, a few matrix-vector products a step
     exact = "exact"  # SVD: exact, slow at large widths
+
+
+class Sensitivity(str, Enum):
+    """The modular norm's sensitivity of a nonlinearity. `modula` (PyTorch Modula 0.0.0.0.0.2):
+    ReLU and GELU 1/sqrt(2), their sqrt(2)-scaled forms 1. `lipschitz`: the Lipschitz
+    constant max |f'| (ReLU 1, GELU 1.129, scaled forms sqrt(2) times that)."""
+
+    modula = "modula"
+    lipschitz = "lipschitz"
 
 
 class DecayScaling(str, Enum):
@@ -161,8 +177,10 @@ class MLPConfig:
     MIN_DEPTH: ClassVar[int] = 2  # an input and an output layer
     READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
 
+    ACTIVATION: ClassVar[str] = "relu"  # what model.activation=auto means (before the param's form)
+
     name: str = "mlp"
-    activation: Activation = Activation.relu
+    activation: Activation = Activation.auto
     bias: bool = True
 
 
@@ -173,8 +191,10 @@ class ResNetConfig:
     MIN_DEPTH: ClassVar[int] = 1  # residual blocks
     READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
 
+    ACTIVATION: ClassVar[str] = "relu"
+
     name: str = "resnet"
-    activation: Activation = Activation.relu
+    activation: Activation = Activation.auto
     bias: bool = True
     layer_norm: bool = False  # LN (learnable gain and bias) at the start of every block
     residual: ResidualRule = ResidualRule.auto
@@ -187,8 +207,10 @@ class CNNConfig:
     MIN_DEPTH: ClassVar[int] = 1  # conv layers, the stem included
     READS: ClassVar[tuple[str, ...]] = (IMAGE,)
 
+    ACTIVATION: ClassVar[str] = "relu"
+
     name: str = "cnn"
-    activation: Activation = Activation.relu
+    activation: Activation = Activation.auto
     bias: bool = True
     kernel_size: int = 3
     pool: int = 2  # average-pool the stem's output by pool x pool (0: keep the full resolution)
@@ -214,11 +236,12 @@ class TransformerConfig:
     MIN_DEPTH: ClassVar[int] = 1  # transformer blocks (each an attention and an MLP residual branch)
     READS: ClassVar[tuple[str, ...]] = (TOKENS,)
     BLOCKS_MASS: ClassVar[float] = 5.0  # param=modular's default trunk mass: Modula's GPT
+    ACTIVATION: ClassVar[str] = "gelu"
 
     name: str = "transformer"
     heads: int = 4  # fixed number of heads: d_head = width / heads grows with the width
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * width
-    activation: Activation = Activation.gelu
+    activation: Activation = Activation.auto
     bias: bool = True
     residual: ResidualRule = ResidualRule.auto
 
@@ -260,6 +283,11 @@ class EqualizedParam:
 
 @dataclass
 class MupParam:
+    # Bumped when the rules change while the options do not, so that a job's identity
+    # (`semantic`) changes and records made under the old rules are not reused.
+    # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
+    REVISION: ClassVar[int] = 1
+
     name: str = "mup"
     base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
     readout_zero_init: bool = True
@@ -286,6 +314,8 @@ class ModularParam:
     # total mass of a residual trunk (`Parameterization.residual_stack`); conf/param/modular.yaml
     # defaults it to the model's own (`model_default`: transformer 5, as Modula's GPT; others 1)
     blocks_mass: float = 1.0
+    sensitivity: Sensitivity = Sensitivity.modula  # of the nonlinearities: modula | lipschitz
+    SCALED_ACTIVATION: ClassVar[bool] = True  # model.activation=auto: Modula's models' sqrt(2)-scaled forms
 
     def check(self) -> None:
         for key in ("power_iters", "ns_steps", "blocks_mass"):
@@ -507,6 +537,23 @@ def _check_model_reads_data(cfg: Config) -> None:
     )
 
 
+def activation_of(model_name: str, param_name: str, activation: str) -> str:
+    """model.activation with `auto` resolved: the model's own nonlinearity (its schema's
+    ACTIVATION), scaled when the parameterization says its models use the scaled forms
+    (SCALED_ACTIVATION: param=modular, whose reference models use only sensitivity-1
+    nonlinearities, e.g. Modula's GPT its ScaledGELU)."""
+    if activation != Activation.auto.value:
+        return activation
+    name = getattr(SCHEMAS["model"].get(model_name), "ACTIVATION", Activation.relu.value)
+    scaled = getattr(SCHEMAS["param"].get(param_name), "SCALED_ACTIVATION", False)
+    return f"scaled_{name}" if scaled else name
+
+
+def model_activation(cfg: Config) -> str:
+    """The nonlinearity a validated config's model uses (`activation_of`)."""
+    return activation_of(cfg.model.name, cfg.param.name, cfg.model.activation.value)
+
+
 def semantic(cfg: DictConfig | dict) -> dict:
     """The part of a resolved config that decides what is computed: a job's identity.
 
@@ -514,6 +561,8 @@ def semantic(cfg: DictConfig | dict) -> dict:
     Hydra's own settings and the fields a schema marks as `location` (where a
     dataset lives, whether it may be downloaded) are left out, so the same point is
     recognised whichever launcher, device, study folder or data folder ran it.
+    What a choice resolves to is recorded, not the word `auto` (model.activation), and a
+    parameterization's rule REVISION joins its options when non-zero.
     """
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
@@ -524,4 +573,12 @@ def semantic(cfg: DictConfig | dict) -> dict:
         if schema is not None:
             hidden = {f.name for f in fields(schema) if f.metadata.get("location")}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
+    model, param = out.get("model"), out.get("param")
+    if isinstance(model, dict) and isinstance(param, dict):
+        if "activation" in model:
+            act = activation_of(model.get("name"), param.get("name"), model["activation"])
+            out["model"] = {**model, "activation": act}
+        revision = getattr(SCHEMAS["param"].get(param.get("name")), "REVISION", 0)
+        if revision:
+            out["param"] = {**param, "revision": revision}
     return out

@@ -13,7 +13,7 @@ from lrtransfer import engine
 from lrtransfer.config import ConfigError
 from lrtransfer.engine import Run
 from lrtransfer.model import build_model
-from lrtransfer.model.layers import Embedding, Gain, Linear
+from lrtransfer.model.layers import Activation, Embedding, Gain, Linear
 from lrtransfer.model.transformer import CausalSelfAttention
 from lrtransfer.param import build_param
 from lrtransfer.param.modular import RowL2, targets
@@ -57,9 +57,11 @@ def kinds(model):
 @pytest.mark.parametrize("L", [2, 4, 8])
 def test_gpt_target_vectors(L):
     """Notes, section 4: each embedding 1/7, head 1/7; Q, K, V 5/7; attention output 5/21;
-    both MLP Linears 5/21 (sensitivity-1 activation, as Modula's ScaledGELU)."""
-    cfg, param, model = built("param=modular", f"depth={L}", "model.activation=relu")
+    both MLP Linears 5/21 (the default activation under modular is Modula's ScaledGELU,
+    sensitivity 1)."""
+    cfg, param, model = built("param=modular", f"depth={L}")
     assert cfg.param.blocks_mass == 5.0  # the transformer's own default
+    assert {m.name for m in model.modules() if isinstance(m, Activation)} == {"scaled_gelu"}
     t = targets(model, 1.0)
     emb, head, qkv, outs, mlp = kinds(model)
     assert len(emb) == 2 and len(qkv) == 3 * L and len(outs) == L and len(mlp) == 2 * L
@@ -83,7 +85,7 @@ def test_gpt_target_vectors(L):
 
 
 def test_blocks_mass_override_and_the_resnet_default_stay():
-    cfg, param, model = built("param=modular", "param.blocks_mass=2", "model.activation=relu")
+    cfg, param, model = built("param=modular", "param.blocks_mass=2")
     t = targets(model, 1.0)
     emb, head, qkv, outs, _ = kinds(model)
     assert t[head] == pytest.approx(1 / 4) and t[emb[0]] == pytest.approx(1 / 4)

@@ -8,6 +8,7 @@ Convolutions are matrix multiplications with shared weights (seed 002; `layers.C
 
 from __future__ import annotations
 
+from lrtransfer.config import model_activation
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Conv, Linear, Pool, Sequential
 
 
@@ -15,7 +16,7 @@ def stem(cfg, *, runs: int, input_shape: tuple[int, ...]) -> list:
     """Conv from the image's channels to `width`, the activation, and the optional pooling."""
     channels, k = input_shape[0], cfg.model.kernel_size
     layers = [Conv(channels, cfg.width, k, dims=2, role=INPUT, runs=runs, bias=cfg.model.bias),
-              Activation(cfg.model.activation.value)]
+              Activation(model_activation(cfg))]
     return layers + ([Pool(2, cfg.model.pool)] if cfg.model.pool > 0 else [])
 
 
@@ -25,7 +26,7 @@ def head(cfg, *, runs: int, output_dim: int) -> list:
 
 
 def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
-    w, k, bias, act = cfg.width, cfg.model.kernel_size, cfg.model.bias, cfg.model.activation.value
+    w, k, bias, act = cfg.width, cfg.model.kernel_size, cfg.model.bias, model_activation(cfg)
     layers = stem(cfg, runs=runs, input_shape=input_shape)
     for _ in range(cfg.depth - 1):
         layers += [Conv(w, w, k, dims=2, role=HIDDEN, runs=runs, bias=bias), Activation(act)]

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 
+from lrtransfer.config import model_activation
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Flatten, LayerNorm, Linear, Sequential
 
 
 def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
-    width, act, bias = cfg.width, cfg.model.activation.value, cfg.model.bias
+    width, act, bias = cfg.width, model_activation(cfg), cfg.model.bias
 
     def block() -> Sequential:
         layers = [LayerNorm(width, runs=runs)] if cfg.model.layer_norm else []

@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 from lrtransfer.model.cnn import head, stem
+from lrtransfer.config import model_activation
 from lrtransfer.model.layers import HIDDEN, Activation, Conv, Sequential
 
 
 def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
-    w, k, bias, act = cfg.width, cfg.model.kernel_size, cfg.model.bias, cfg.model.activation.value
+    w, k, bias, act = cfg.width, cfg.model.kernel_size, cfg.model.bias, model_activation(cfg)
 
     def block() -> Sequential:
         return Sequential([Conv(w, w, k, dims=2, role=HIDDEN, runs=runs, bias=bias), Activation(act),

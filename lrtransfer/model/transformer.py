@@ -19,7 +19,8 @@ The modular norm's structure is Modula's GPT (modula/compound.py, `GPT` and
 tared to `param.blocks_mass` (5 by default for this model); the head (final LN and
 Linear) has mass 1; attention is `O o F o (1/3) o (Q, K, V)`, the 1/3
 (`param.attention_qkv_mult`, 1 under every other parameterization) making the
-tuple's sensitivity 3 into 1. Modula's LayerNorm has no weights: here every LN keeps
+tuple's sensitivity 3 into 1; the MLP's nonlinearity is Modula's ScaledGELU (sqrt(2) *
+GELU, sensitivity 1: `model.activation=auto` under param=modular). Modula's LayerNorm has no weights: here every LN keeps
 its gain and bias (trained under the other parameterizations) with mass 0, so under
 param=modular they stay at the identity and the targets are Modula's.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 from torch import Tensor
 from torch.nn import functional as F
 
+from lrtransfer.config import model_activation
 from lrtransfer.model.layers import (
     HIDDEN, OUTPUT, Activation, Embedding, Enumerate, LayerNorm, Linear, Module, Sequential, Sum, tare,
 )
@@ -100,7 +102,7 @@ def layer_norm(width: int, runs: int) -> LayerNorm:
 def build(cfg, param, *, runs: int, input_shape: tuple[int, ...], output_dim: int) -> Sequential:
     (context,) = input_shape  # token ids (T,) per example; output_dim: the vocabulary
     m, width = cfg.model, cfg.width
-    heads, act, bias = m.heads, m.activation.value, m.bias
+    heads, act, bias = m.heads, model_activation(cfg), m.bias
     hidden = m.mlp_ratio * width
 
     embed = Sum(
