@@ -85,7 +85,8 @@ def compose(overrides: list[str], *, default_widths: list[int] | None = list(DEF
             keep.append(text)
     widths = widths or default_widths
     if widths is not None and len(set(widths)) < min_widths:
-        raise ConfigError(f"{command} needs at least {min_widths} widths, got {widths}")
+        count = {1: "one width", 2: "two widths"}.get(min_widths, f"{min_widths} widths")
+        raise ConfigError(f"{command} needs at least {count}, got {widths}")
     with initialize_config_module("lrtransfer.conf", version_base="1.3"):
         if widths is None:
             return [validate(hydra_compose("config", overrides=keep))]
