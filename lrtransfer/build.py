@@ -12,6 +12,7 @@ the engine below receives objects and knows no config schema of any group.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +20,12 @@ import torch
 from torch import Tensor
 
 from lrtransfer import options
-from lrtransfer.config import Config, Engine, Train
+from lrtransfer.config import Config, Engine, Train, model_activation
 from lrtransfer.data import Task
 from lrtransfer.errors import UserError
 from lrtransfer.model.layers import Module
 from lrtransfer.param import Parameterization, parameterization_class
+from lrtransfer.schema import Activation
 
 # train.dtype -> the dtype of weights, optimizer state and losses
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bf16_autocast": torch.float32, "tf32": torch.float32}
@@ -56,8 +58,9 @@ def parameterization(cfg: Config) -> Parameterization:
 
 def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:
     """The model of `cfg.model` for `runs` runs, with `param`'s multipliers set (not yet initialised)."""
+    own = dataclasses.replace(cfg.model, activation=Activation(model_activation(cfg)))  # `auto` resolved
     net = options.module("model", cfg.model.name).build(
-        cfg.model, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
+        own, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
         output_dim=output_dim,
     )
     param.set_multipliers(net)

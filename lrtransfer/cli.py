@@ -253,6 +253,33 @@ def coord_check(
     typer.echo(f"wrote {paths[0]}, {paths[1]} (+ .pdf)")
 
 
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def inspect(
+    overrides: Optional[List[str]] = typer.Argument(
+        None,
+        help="Config overrides as for sweep (param=mup width=256 param.base_width=64 ...); width=64,256,1024 "
+        "prints one table per width and the ratios between them.",
+        show_default=False,
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: {config, tensors} (a list of them for several widths)."),
+) -> None:
+    """Each trained tensor's role, init std (seed 0), forward and LR multipliers, and under param=modular its target norm."""
+    from lrtransfer import coordcheck
+    from lrtransfer import inspect as inspection
+
+    cfgs = coordcheck.compose(list(overrides or []), default_widths=None, min_widths=1, command="inspect")
+    docs = [inspection.inspect(cfg) for cfg in cfgs]
+    if as_json:
+        typer.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
+        return
+    for doc in docs:
+        typer.echo(f"== {inspection.describe(doc)}")
+        typer.echo(inspection.table(doc) + "\n")
+    if len(docs) > 1:
+        typer.echo("== ratios to the first width")
+        typer.echo(inspection.ratio_table(docs))
+
+
 def _check_metric(metric: str) -> None:
     from lrtransfer.analysis import METRICS
     from lrtransfer.errors import UserError

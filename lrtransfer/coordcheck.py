@@ -58,11 +58,13 @@ class CoordData:
 
 
 # ---------------------------------------------------------------- composing the config
-def compose(overrides: list[str]):
-    """The typed job config of `overrides` and the widths to check.
+def compose(overrides: list[str], *, default_widths: list[int] | None = list(DEFAULT_WIDTHS), min_widths: int = 2,
+            command: str = "coord-check"):
+    """The typed job config of `overrides` at each width it lists.
 
     Composed by Hydra from the same `conf/` as `sweep`; `width` alone may list
-    values (`width=64,256,1024`), any other sweep is refused.
+    values (`width=64,256,1024`), any other sweep is refused. Without `width`,
+    `default_widths` (None: the config's own width).
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
@@ -78,15 +80,17 @@ def compose(overrides: list[str]):
             values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
             widths = [_int_width(v) for v in values]
         elif o.is_sweep_override():
-            raise ConfigError(f"coord-check runs one config: only width may list values, not '{text}'")
+            raise ConfigError(f"{command} runs one config: only width may list values, not '{text}'")
         else:
             keep.append(text)
-    widths = widths or list(DEFAULT_WIDTHS)
-    if len(set(widths)) < 2:
-        raise ConfigError(f"coord-check needs at least two widths, got {widths}")
+    widths = widths or default_widths
+    if widths is not None and len(set(widths)) < min_widths:
+        count = {1: "one width", 2: "two widths"}.get(min_widths, f"{min_widths} widths")
+        raise ConfigError(f"{command} needs at least {count}, got {widths}")
     with initialize_config_module("lrtransfer.conf", version_base="1.3"):
-        cfgs = [validate(hydra_compose("config", overrides=[*keep, f"width={w}"])) for w in sorted(set(widths))]
-    return cfgs
+        if widths is None:
+            return [validate(hydra_compose("config", overrides=keep))]
+        return [validate(hydra_compose("config", overrides=[*keep, f"width={w}"])) for w in sorted(set(widths))]
 
 
 def _int_width(text: str) -> int:

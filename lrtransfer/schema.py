@@ -49,9 +49,17 @@ class Grid:
 
 
 class Activation(str, Enum):
+    """`auto`: the model's own nonlinearity (its options' ACTIVATION) in the form its
+    parameterization's models use (`scaled_*` under param=modular, as Modula's models:
+    `config.activation_of`). `scaled_relu`, `scaled_gelu`: sqrt(2) * f (Modula's
+    ScaledReLU, ScaledGELU)."""
+
+    auto = "auto"
     relu = "relu"
     gelu = "gelu"
     tanh = "tanh"
+    scaled_relu = "scaled_relu"
+    scaled_gelu = "scaled_gelu"
 
 
 class ResidualRule(str, Enum):

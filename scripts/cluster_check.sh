@@ -154,7 +154,10 @@ case "${1:-check}" in
         esac ;;
     stop) stop_all "${2:-}" ;;
     check)
-        # The tests start and stop the engines themselves (through this script).
+        # The tests start and stop the engines themselves (through this script). The ray
+        # extra goes in first, so the Ray tests run rather than skip at collection; a failed
+        # install leaves them skipped, with the reason.
+        ( install_ray ) || true
         exec "$PY" -m pytest -m "${LRT_CLUSTER_MARKS:-cluster or not slow}" tests/test_cluster.py -v -rs -s "${@:2}" ;;
     *) echo "error: unknown command '$1'; valid: check, start slurm, start ray, stop" >&2; exit 2 ;;
 esac

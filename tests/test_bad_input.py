@@ -46,6 +46,10 @@ CATALOGUE = [
      "model.kernel_size must be a positive odd number (same-size padding), got 4"),
     ("width not a multiple of the heads", ["model=transformer", "data=text", "width=30"],
      "width=30 is not divisible by model.heads=4"),
+    ("unknown activation", ["model.activation=scaled_tanh"],
+     "model.activation: Invalid value 'scaled_tanh', expected one of [auto, relu, gelu, tanh, scaled_relu, scaled_gelu]"),
+    ("unknown sensitivity convention", ["param=modular", "param.sensitivity=x"],
+     "param.sensitivity: Invalid value 'x', expected one of [modula, lipschitz]"),
     ("missing config dir", ["--config-dir", "{tmp}/nope"], "config directory"),
     ("YAML error in a config file", ["--config-dir", "{yaml_dir}", "model=broken"], "YAML error in {yaml_dir}/model/broken.yaml, line"),
     # values the schema types accept but that mean nothing (issue 15)

@@ -102,17 +102,18 @@ def test_orthogonal_init_has_unit_singular_values_and_gaussian_is_scaled_near_on
         assert float(torch.linalg.matrix_norm(atom.weight.detach(), ord=2)) == pytest.approx(1.0, abs=0.15)
 
 
-def residual_mlp(L: int, width: int = 16, runs: int = 1, **over):
-    """Modula's ResMLP: input Linear, L blocks of two Linears, output Linear (sensitivity-1 bonds)."""
+def residual_mlp(L: int, width: int = 16, runs: int = 1, act: str = "scaled_relu", **over):
+    """Modula's ResMLP: input Linear, L blocks of two Linears, output Linear (sensitivity-1
+    bonds: Modula's Abs, here the scaled ReLU)."""
     cfg = typed(*CPU, f"width={width}", *[f"param.{k}={v}" for k, v in over.items()])
     param = build_param(cfg)
     blocks = [
-        Sequential([Linear(width, width, role=HIDDEN, runs=runs), Activation("relu"),
+        Sequential([Linear(width, width, role=HIDDEN, runs=runs), Activation(act),
                     Linear(width, width, role=HIDDEN, runs=runs)])
         for _ in range(L)
     ]
     model = Sequential([
-        Linear(8, width, role=INPUT, runs=runs), Activation("relu"),
+        Linear(8, width, role=INPUT, runs=runs), Activation(act),
         param.residual_stack(blocks),
         Linear(width, 4, role=OUTPUT, runs=runs),
     ])
@@ -182,10 +183,12 @@ def test_one_lipschitz_for_small_perturbations(residual):
     Two kinds of perturbation: random ones (far from the bound), and the normalised
     gradient of <f(x), r> for one input (aligned, the kind training makes), which must come
     close to the bound (ratio > 0.2), so the check could also catch an inflated norm.
-    Tolerance: 1% for second-order terms (eps = 1e-4)."""
+    Tolerance: 1% for second-order terms (eps = 1e-4). The promise is the Lipschitz
+    convention's (`param.sensitivity=lipschitz`): Modula's counts ReLU as 1/sqrt(2), which
+    holds for typical inputs, not for every input."""
     torch.manual_seed(0)
     if residual:
-        param, model = residual_mlp(4, width=32, runs=1)
+        param, model = residual_mlp(4, width=32, runs=1, act="relu", sensitivity="lipschitz")
         model.double()
         param.initialize(model, [0])
         slots, d_in = param.slots(model), 8
@@ -231,3 +234,43 @@ def test_adam_and_sgd_directions_give_the_same_normalised_first_update():
         norms.append([float(torch.linalg.matrix_norm(u[0], ord=2)) if s.name == "weight" else float(RMS().value(u)[0])
                       for s, u in zip(slots, ups)])
     assert norms[0] == pytest.approx(norms[1], rel=1e-9)
+
+
+def mlp_targets(*over):
+    _, param, model, _ = setup("depth=3", "model.bias=false", *over)
+    return [param.shares[a] for a in model.atoms()]
+
+
+@pytest.mark.parametrize("act, modula, lipschitz", [
+    ("relu", [2 / 3, 2**0.5 / 3, 1 / 3], [1 / 3] * 3),
+    ("gelu", [2 / 3, 2**0.5 / 3, 1 / 3], [1 / 3 / 1.1289**2, 1 / 3 / 1.1289, 1 / 3]),
+    ("scaled_relu", [1 / 3] * 3, [1 / 6, 2**0.5 / 6, 1 / 3]),
+    ("tanh", [1 / 3] * 3, [1 / 3] * 3),
+])
+def test_activation_sensitivities_under_both_conventions(act, modula, lipschitz):
+    """Modula 0.0.0.0.0.2: ReLU and GELU 1/sqrt(2), scaled forms 1, so a 3-Linear ReLU MLP
+    gets 2/3, 0.4714, 1/3 (input to output); the Lipschitz convention: max |f'|."""
+    assert mlp_targets(f"model.activation={act}") == pytest.approx(modula)
+    assert mlp_targets(f"model.activation={act}", "param.sensitivity=lipschitz") == pytest.approx(lipschitz)
+
+
+def test_scaled_activations_are_sqrt2_times_the_plain_ones():
+    x = torch.linspace(-3, 3, 61)
+    assert torch.equal(Activation("scaled_relu")(x), 2**0.5 * torch.relu(x))
+    assert torch.equal(Activation("scaled_gelu")(x), 2**0.5 * torch.nn.functional.gelu(x))
+
+
+@pytest.mark.parametrize("model, plain", [("mlp", "relu"), ("resnet", "relu"), ("cnn", "relu"),
+                                          ("transformer", "gelu")])
+def test_auto_activation_is_the_models_own_and_scaled_under_modular(model, plain):
+    """`model.activation=auto`: what Modula's models use under param=modular (its GPT:
+    ScaledGELU), the plain nonlinearity otherwise; the job identity records the resolved
+    name, so SP's ids are those of the explicit choice (and of before `auto` existed)."""
+    from lrtransfer.config import model_activation, semantic
+    from tests.conftest import compose
+
+    data = {"cnn": ["data=cifar10"], "transformer": ["data=text"]}.get(model, [])
+    for p, expected in (("standard", plain), ("mup", plain), ("equalized", plain), ("modular", f"scaled_{plain}")):
+        over = [f"model={model}", f"param={p}", *data]
+        assert model_activation(typed(*over)) == expected
+        assert semantic(compose(*over)) == semantic(compose(*over, f"model.activation={expected}"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 
 import pytest
@@ -107,3 +109,46 @@ def test_depth_exponent_scales_residual_branches():
     assert depth_mup.residual_scales(16) == (1.0, 0.25)
     stack = depth_mup.residual_stack([Linear(8, 8, role="hidden", runs=1) for _ in range(4)])
     assert [(r.skip, r.branch) for r in stack.layers] == [(1.0, 0.5)] * 4
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_every_bias_starts_at_sp_draw_times_sqrt_fan_in_multiplier(model):
+    """mup's set_base_shapes rescales the bias of every nn.Linear and conv by sqrt(fan-in
+    width multiplier): input biases stay SP's, hidden ones (the transformer's Q, K, V, O and
+    MLP Linears too) and the readout's are SP's draw x sqrt(m), the same draw as SP's."""
+    over = ["width=256", "model=transformer", "data=text", "depth=1"] if model == "transformer" else ["width=256"]
+    m = 256 / 64
+    cfg_sp, cfg_mup = typed(*CPU, *over), typed(*CPU, *over, "param=mup", "param.base_width=64",
+                                                   "param.readout_zero_init=false")
+    shape = ((16,), 40) if model == "transformer" else ((32,), 10)
+    atoms = {}
+    for name, cfg in (("sp", cfg_sp), ("mup", cfg_mup)):
+        p = build_param(cfg)
+        net = build_model(cfg, p, runs=1, input_shape=shape[0], output_dim=shape[1])
+        p.initialize(net, [3])
+        atoms[name] = [a for a in net.atoms() if isinstance(a, Linear)]
+    hidden = 0
+    for sp, mu in zip(atoms["sp"], atoms["mup"]):
+        factor = 1.0 if sp.role == "input" else math.sqrt(m)
+        torch.testing.assert_close(mu.bias, sp.bias * factor, rtol=1e-6, atol=0)
+        hidden += sp.role == "hidden"
+    assert hidden == (6 if model == "transformer" else 1)
+
+
+def test_the_rule_revision_changes_mup_ids_only():
+    """Records made under muP's old bias rule must not be reused: the schema's REVISION joins
+    the job identity when non-zero, so SP's and equalized's ids stay as they were."""
+    from lrtransfer.config import semantic
+    from lrtransfer.store import job_id
+    from tests.conftest import compose
+
+    assert semantic(compose("param=mup"))["param"]["revision"] == 1
+    for p in ("standard", "equalized", "modular"):
+        assert "revision" not in semantic(compose(f"param={p}"))["param"]
+    # a pre-revision id: the hash of the same semantic config without the revision
+    old = semantic(compose("param=mup"))
+    del old["param"]["revision"]
+    old_id = hashlib.sha1(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    assert job_id(compose("param=mup")) != old_id
+    sp = semantic(compose())
+    assert job_id(compose()) == hashlib.sha1(json.dumps(sp, sort_keys=True, default=str).encode()).hexdigest()[:12]

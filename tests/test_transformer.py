@@ -14,7 +14,7 @@ from lrtransfer import engine
 from lrtransfer.config import ConfigError
 from lrtransfer.engine import Run
 from lrtransfer.build import model as build_model
-from lrtransfer.model.layers import Embedding, Gain, Linear
+from lrtransfer.model.layers import Activation, Embedding, Gain, Linear
 from lrtransfer.model.transformer import CausalSelfAttention
 from lrtransfer.build import parameterization as build_param
 from lrtransfer.param.modular import RowL2, targets
@@ -58,9 +58,11 @@ def kinds(model):
 @pytest.mark.parametrize("L", [2, 4, 8])
 def test_gpt_target_vectors(L):
     """Notes, section 4: each embedding 1/7, head 1/7; Q, K, V 5/7; attention output 5/21;
-    both MLP Linears 5/21 (sensitivity-1 activation, as Modula's ScaledGELU)."""
-    cfg, param, model = built("param=modular", f"depth={L}", "model.activation=relu")
+    both MLP Linears 5/21 (the default activation under modular is Modula's ScaledGELU,
+    sensitivity 1)."""
+    cfg, param, model = built("param=modular", f"depth={L}")
     assert cfg.param.blocks_mass == 1.0  # the trunk's mass is the transformer's own (5), times 1
+    assert {m.name for m in model.modules() if isinstance(m, Activation)} == {"scaled_gelu"}
     t = targets(model, 1.0)
     emb, head, qkv, outs, mlp = kinds(model)
     assert len(emb) == 2 and len(qkv) == 3 * L and len(outs) == L and len(mlp) == 2 * L
@@ -84,7 +86,7 @@ def test_gpt_target_vectors(L):
 
 
 def test_blocks_mass_scales_the_models_own_trunk_mass():
-    cfg, param, model = built("param=modular", "param.blocks_mass=0.4", "model.activation=relu")  # 5 x 0.4 = 2
+    cfg, param, model = built("param=modular", "param.blocks_mass=0.4")  # 5 x 0.4 = 2
     t = targets(model, 1.0)
     emb, head, qkv, outs, _ = kinds(model)
     assert t[head] == pytest.approx(1 / 4) and t[emb[0]] == pytest.approx(1 / 4)

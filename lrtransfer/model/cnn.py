@@ -24,7 +24,8 @@ class CNNOptions:
     READS: ClassVar[tuple[str, ...]] = (IMAGE,)
 
     name: str = "cnn"
-    activation: ActivationName = ActivationName.relu
+    ACTIVATION: ClassVar[str] = "relu"  # what activation=auto means (scaled under param=modular)
+    activation: ActivationName = ActivationName.auto
     bias: bool = True
     kernel_size: int = 3
     pool: int = 2  # average-pool the stem's output by pool x pool (0: keep the full resolution)

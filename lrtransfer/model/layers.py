@@ -309,28 +309,41 @@ class Enumerate(Module):
         return torch.arange(ids.shape[-1], device=ids.device).unsqueeze(0)
 
 
+def _scaled(f):
+    return lambda x: math.sqrt(2.0) * f(x)
+
+
 class Activation(Module):
     """A bond: an elementwise nonlinearity (mass 0).
 
-    Its sensitivity is its Lipschitz constant, max |f'|: 1 for ReLU and tanh,
-    about 1.129 for (exact) GELU. Modula rounds GELU to 1; the true bound keeps
-    the modular norm's one-Lipschitz promise honest.
+    Its sensitivity is the modular norm's bookkeeping, under one of two conventions
+    (`convention`, set by the parameterization; `param.sensitivity`):
+    - `modula`, PyTorch Modula 0.0.0.0.0.2's: ReLU and GELU 1/sqrt(2) (on a centred
+      Gaussian input they keep half the RMS), their sqrt(2)-scaled forms 1;
+    - `lipschitz`: the Lipschitz constant max |f'|, a bound that holds for every
+      input: ReLU and tanh 1, (exact) GELU 1.129, the scaled forms sqrt(2) times that.
+    tanh, which Modula does not have, is 1 under both.
     """
 
-    FUNCTIONS = {"relu": torch.relu, "gelu": nn.functional.gelu, "tanh": torch.tanh}
-    LIPSCHITZ = {"relu": 1.0, "gelu": 1.1289, "tanh": 1.0}
+    FUNCTIONS = {"relu": torch.relu, "gelu": nn.functional.gelu, "tanh": torch.tanh,
+                 "scaled_relu": _scaled(torch.relu), "scaled_gelu": _scaled(nn.functional.gelu)}
+    SENSITIVITY = {
+        "modula": {"relu": 0.5**0.5, "gelu": 0.5**0.5, "tanh": 1.0, "scaled_relu": 1.0, "scaled_gelu": 1.0},
+        "lipschitz": {"relu": 1.0, "gelu": 1.1289, "tanh": 1.0, "scaled_relu": 2**0.5, "scaled_gelu": 2**0.5 * 1.1289},
+    }
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
         self.fn = self.FUNCTIONS[name]
+        self.convention = "modula"
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fn(x)
 
     @property
     def sensitivity(self) -> float:
-        return self.LIPSCHITZ[self.name]
+        return self.SENSITIVITY[self.convention][self.name]
 
     def extra_repr(self) -> str:
         return self.name

@@ -21,7 +21,8 @@ class MLPOptions:
     READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
 
     name: str = "mlp"
-    activation: ActivationName = ActivationName.relu
+    ACTIVATION: ClassVar[str] = "relu"  # what activation=auto means (scaled under param=modular)
+    activation: ActivationName = ActivationName.auto
     bias: bool = True
 
 

@@ -29,7 +29,8 @@ class ResNetOptions:
     READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
 
     name: str = "resnet"
-    activation: ActivationName = ActivationName.relu
+    ACTIVATION: ClassVar[str] = "relu"  # what activation=auto means (scaled under param=modular)
+    activation: ActivationName = ActivationName.auto
     bias: bool = True
     layer_norm: bool = False  # LN (learnable gain and bias) at the start of every block
     residual: ResidualRule = ResidualRule.auto

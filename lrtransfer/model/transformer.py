@@ -19,7 +19,8 @@ The modular norm's structure is Modula's GPT (modula/compound.py, `GPT` and
 tared to mass 5 (`TRUNK_MASS`, times `param.blocks_mass`); the head (final LN and
 Linear) has mass 1; attention is `O o F o (1/3) o (Q, K, V)`, the 1/3
 (`param.attention_qkv_mult`, 1 under every other parameterization) making the
-tuple's sensitivity 3 into 1. Modula's LayerNorm has no weights: here every LN keeps
+tuple's sensitivity 3 into 1; the MLP's nonlinearity is Modula's ScaledGELU (sqrt(2) *
+GELU, sensitivity 1: `model.activation=auto` under param=modular). Modula's LayerNorm has no weights: here every LN keeps
 its gain and bias (trained under the other parameterizations) with mass 0, so under
 param=modular they stay at the identity and the targets are Modula's.
 
@@ -56,7 +57,8 @@ class TransformerOptions:
     name: str = "transformer"
     heads: int = 4  # fixed number of heads: d_head = width / heads grows with the width
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * width
-    activation: ActivationName = ActivationName.gelu
+    ACTIVATION: ClassVar[str] = "gelu"  # what activation=auto means (scaled under param=modular)
+    activation: ActivationName = ActivationName.auto
     bias: bool = True
     residual: ResidualRule = ResidualRule.auto
 

@@ -27,6 +27,15 @@ by the same shares. Linear atoms are initialised orthogonal (all singular values
 norm is ~1, to test the Modula FAQ's claim that Gaussian works if scaled right) and
 compute sqrt(fan_out/fan_in) * x W, an RMS-to-RMS map of norm ||W||_2.
 
+Nonlinearities count as Modula 0.0.0.0.0.2 counts them (`param.sensitivity: modula`):
+ReLU and GELU 1/sqrt(2), the sqrt(2)-scaled forms (`model.activation=scaled_relu`,
+`scaled_gelu`) 1, so a 3-Linear ReLU MLP hands its Linears 2/3, 0.471, 1/3 of the target
+(input to output) and a scaled-ReLU one 1/3 each. `sensitivity: lipschitz` counts each
+by its Lipschitz constant instead (ReLU 1, GELU 1.129), a bound for every input rather
+than Modula's typical-input count: compare the two on one model to see what it moves.
+Under this parameterization `model.activation=auto` is the scaled form of the model's
+nonlinearity, as Modula's own models use (its GPT: ScaledGELU).
+
 Biases (Modula's atoms have none; `model.bias` defaults to true): a Linear with a
 bias is the sum of two parts, x -> sqrt(fan_out/fan_in) x W (sensitivity 1) and the
 constant b (sensitivity 0, norm RMS(b) = ||b||_2 / sqrt(fan_out), the output norm).
@@ -59,7 +68,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from lrtransfer.model.layers import Atom, Module, Sequential, tare
+from lrtransfer.model.layers import Activation, Atom, Module, Sequential, tare
 from lrtransfer.param.base import RESIDUAL_RULES, Parameterization, Slot, run_view
 from lrtransfer.schema import UPDATE_KINDS, ConfigError, Grid, positive
 
@@ -79,9 +88,19 @@ class NormEstimate(str, Enum):
     exact = "exact"  # SVD: exact, slow at large widths
 
 
+class Sensitivity(str, Enum):
+    """The sensitivity of a nonlinearity. `modula` (PyTorch Modula 0.0.0.0.0.2): ReLU and
+    GELU 1/sqrt(2), their sqrt(2)-scaled forms 1. `lipschitz`: the Lipschitz constant
+    max |f'| (ReLU 1, GELU 1.129, scaled forms sqrt(2) times that)."""
+
+    modula = "modula"
+    lipschitz = "lipschitz"
+
+
 @dataclass
 class ModularOptions:
     LR_GRIDS: ClassVar[dict[str, Grid]] = {kind: Grid(-8, 2) for kind in UPDATE_KINDS}  # a target norm
+    SCALED_ACTIVATION: ClassVar[bool] = True  # model.activation=auto: Modula's models' sqrt(2)-scaled forms
 
     name: str = "modular"
     update: ModularUpdate = ModularUpdate.normalize
@@ -93,6 +112,7 @@ class ModularOptions:
     # a residual trunk's total mass, as a multiple of the trunk's own (the model's:
     # the transformer's 5, as Modula's GPT; 1 for the others)
     blocks_mass: float = 1.0
+    sensitivity: Sensitivity = Sensitivity.modula  # of the nonlinearities: modula | lipschitz
 
     def check(self) -> None:
         for key in ("power_iters", "ns_steps", "blocks_mass"):
@@ -340,6 +360,7 @@ class Modular(Parameterization):
         self.init_kind = p.init.value
         self.power_iters, self.ns_steps = p.power_iters, p.ns_steps
         self.bias_mass, self.blocks_mass = p.bias_mass, p.blocks_mass
+        self.sensitivity = p.sensitivity.value
         self.shares: dict[Atom, float] = {}
         self._norms: dict[Atom, Norm] = {}
         self._state: dict[tuple[Atom, str], dict] = {}
@@ -379,6 +400,9 @@ class Modular(Parameterization):
 
     def set_multipliers(self, model: Module) -> None:
         super().set_multipliers(model)
+        for m in model.modules():
+            if isinstance(m, Activation):
+                m.convention = self.sensitivity
         self.shares = targets(model, 1.0)
         self._norms = {atom: self.rule(atom).norm(self) for atom in model.atoms()}
 

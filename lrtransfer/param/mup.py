@@ -10,12 +10,17 @@ number. Roles (see `model/layers.py`):
 | input  | SP                                | 1                 | 1       | m      |
 | hidden | SP (variance 1/fan_in)            | 1                 | 1/m     | 1      |
 | output | SP x sqrt(m), or zeros            | output_mult / m   | 1       | m      |
-| bias of input/hidden | SP                  | 1                 | 1       | m      |
+| bias of input        | SP                     | 1              | 1       | m      |
+| bias of hidden       | SP x sqrt(m)           | 1              | 1       | m      |
 | bias of output       | SP x sqrt(m), or zeros | 1              | 1       | 1      |
 | layer-norm gain      | 1                      | 1              | 1       | m      |
 
-(The `mup` package's MuReadout divides its *input* by m, so the readout bias is
-not divided, and rescales weight and bias by sqrt(m) at set-up; vectors with one
+(The `mup` package's `set_base_shapes` multiplies the bias of every nn.Linear and conv
+by sqrt(fan-in width multiplier): 1 for an input layer, m for hidden ones (so a hidden
+bias keeps SP's base-width scale, 1/sqrt(base fan_in)) and the readout. The
+transformer's Q, K, V, O and MLP Linears are hidden. Its MuReadout divides its *input*
+by m, so the readout bias is not divided, and rescales weight and bias by sqrt(m) at
+set-up; vectors with one
 infinite dimension get SGD LR x m, matrices with two get x fan_out_mult/fan_in_mult,
 tensors with none are left alone.)
 
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -47,6 +53,11 @@ from lrtransfer.schema import ADAPTIVE, GRADIENT, ConfigError, positive
 
 @dataclass
 class MupOptions:
+    # Bumped when the rules change while the options do not, so that a job's identity
+    # (`config.semantic`) changes and records made under the old rules are not reused.
+    # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
+    REVISION: ClassVar[int] = 1
+
     name: str = "mup"
     base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
     readout_zero_init: bool = True
@@ -106,11 +117,17 @@ class MuP(Parameterization):
             return torch.zeros_like(w)
         return w * math.sqrt(self.m) if atom.role == OUTPUT else w
 
+    def fan_in_mult(self, atom: Atom) -> float:
+        """The width multiplier of the atom's fan-in: 1 from a fixed-size input, else m."""
+        return 1.0 if atom.role == INPUT else self.m
+
     def init_bias(self, atom: Atom, gen: torch.Generator) -> Tensor:
+        """SP's draw x sqrt(fan-in multiplier): mup's rescale_linear_bias (and MuReadout's
+        rescale, the same factor for the readout)."""
         b = super().init_bias(atom, gen)
         if atom.role == OUTPUT and self.readout_zero_init:
             return torch.zeros_like(b)
-        return b * math.sqrt(self.m) if atom.role == OUTPUT else b
+        return b * math.sqrt(self.fan_in_mult(atom))
 
     def lr_multiplier(self, atom: Atom, name: str) -> float:
         return self.m ** LR_POWERS[self.update][(atom.role, name)]

@@ -1,0 +1,121 @@
+"""lrtransfer against numbers the reference packages produced themselves.
+
+tests/reference/*.json are written by scripts/make_reference_fixtures.py, which
+builds the models with `mup` 1.0.0 and `modula` 0.0.0.0.0.2; these tests read only
+the JSON. Every number is compared, so a silent drift from either package fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lrtransfer.inspect import tensors
+from lrtransfer.build import model as build_model
+from lrtransfer.build import optimizer as build_optimizer
+from lrtransfer.build import parameterization as build_param
+from tests.conftest import typed
+
+REFERENCE = Path(__file__).parent / "reference"
+MUP = json.loads((REFERENCE / "mup.json").read_text())
+MODULA = json.loads((REFERENCE / "modula.json").read_text())
+DATA = {"model=cnn": "data=cifar10", "model=transformer": "data=text"}  # data of the model's kind (not loaded)
+CPU = ["engine.device=cpu"]
+
+
+def mup_cfg(model: dict, width: str, optim: str):
+    data = [DATA[o] for o in model["overrides"] if o in DATA]
+    cfg = typed(*CPU, *model["overrides"], *data, "param=mup", f"width={width}",
+                f"param.base_width={MUP['base_width']}", f"optim={optim}")
+    assert optim == "adam" or cfg.optim.momentum == MUP["sgd_momentum"]
+    return cfg
+
+
+def one_step(cfg, model: dict, lr: float) -> list[tuple[float, float]]:
+    """(RMS, dot with the gradient) of one step from seed 0's weights with the fixtures' gradients."""
+    param = build_param(cfg)
+    net = build_model(cfg, param, runs=1, input_shape=tuple(model["input_shape"]), output_dim=model["output_dim"])
+    param.initialize(net, [0])
+    slots = param.slots(net)
+    grads = [torch.randn(s.tensor.numel(), generator=torch.Generator().manual_seed(1000 + i)).view(s.tensor.shape)
+             for i, s in enumerate(slots)]
+    opt = build_optimizer(cfg, [s.tensor for s in slots])
+    ups = param.updates(slots, opt.directions(grads), torch.tensor([lr]))
+    return [(float(u.double().pow(2).mean().sqrt()), float(-(u.double() * g.double()).sum())) for u, g in zip(ups, grads)]
+
+
+CASES = [(name, width) for name, m in MUP["models"].items() for width in m["widths"]]
+
+
+@pytest.mark.parametrize("name, width", CASES)
+def test_mup_tensor_by_tensor(name, width):
+    """Init std (within 2%: the draws are PyTorch's, so they agree to float precision),
+    forward multiplier, Adam and SGD LR multipliers, and one Adam and one SGD step."""
+    model = MUP["models"][name]
+    ref = model["widths"][width]
+    shape = (tuple(model["input_shape"]), model["output_dim"])
+    for optim, lr in (("adam", MUP["adam_lr"]), ("sgd", MUP["sgd_lr"])):
+        cfg = mup_cfg(model, width, optim)
+        rows = tensors(cfg, *shape)
+        assert len(rows) == len(ref)
+        steps = one_step(cfg, model, lr)
+        for ours, theirs, (rms, dot) in zip(rows, ref, steps):
+            where = f"{name} width {width} {optim}: {ours['name']} vs mup's {theirs['name']}"
+            assert torch.Size(ours["shape"]).numel() == torch.Size(theirs["shape"]).numel(), where
+            assert ours["init_std"] == pytest.approx(theirs["init_std"], rel=0.02, abs=1e-12), where
+            assert ours["forward_mult"] == pytest.approx(theirs["forward_mult"], rel=1e-12), where
+            assert ours["lr_mult"] == pytest.approx(theirs[f"{optim}_lr_mult"], rel=1e-12), where
+            assert rms == pytest.approx(theirs[f"{optim}_step_rms"], rel=1e-5), where
+            assert dot == pytest.approx(theirs[f"{optim}_step_dot"], rel=1e-5), where
+
+
+@pytest.mark.parametrize("name", list(MODULA["models"]))
+def test_modula_target_norms(name):
+    """Each atom's target norm at total target 1, as Modula's own normalize hands it out
+    (Modula's LayerNorm has no weights: lrtransfer's LN gains, of mass 0, are left out)."""
+    model = MODULA["models"][name]
+    data = [DATA[o] for o in model["overrides"] if o in DATA]
+    cfg = typed(*CPU, *model["overrides"], *data, "param=modular")
+    rows = [r for r in tensors(cfg, tuple(model["input_shape"]), model["output_dim"]) if r["role"] != "vector"]
+    assert [sorted(r["shape"]) for r in rows] == [sorted(a["shape"]) for a in model["atoms"]]
+    assert [r["target_norm"] for r in rows] == pytest.approx([a["target_norm"] for a in model["atoms"]], rel=1e-5)
+
+
+def test_inspect_json_matches_mup_at_width_256(cli):
+    """The issue's check, through the command: `inspect param=mup width=256 param.base_width=64 --json`."""
+    ref = MUP["models"]["mlp"]["widths"]["256"]
+    for optim in ("adam", "sgd"):
+        code, out, err = cli("inspect", "param=mup", "width=256", "param.base_width=64", f"optim={optim}", "--json")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["config"]["param"]["name"] == "mup" and doc["config"]["width"] == 256
+        assert [r["init_std"] for r in doc["tensors"]] == pytest.approx([r["init_std"] for r in ref], rel=0.02)
+        assert [r["lr_mult"] for r in doc["tensors"]] == [r[f"{optim}_lr_mult"] for r in ref]
+        assert all(r["target_norm"] is None for r in doc["tensors"])
+
+
+@pytest.mark.parametrize("act, expected", [("relu", [2 / 3, 0.4714, 1 / 3]), ("scaled_relu", [1 / 3] * 3)])
+def test_inspect_json_gives_modulas_mlp_targets(cli, act, expected):
+    code, out, err = cli("inspect", "model=mlp", "depth=3", "param=modular", f"model.activation={act}",
+                         "model.bias=false", "--json")
+    assert code == 0, err
+    assert [r["target_norm"] for r in json.loads(out)["tensors"]] == pytest.approx(expected, abs=1e-4)
+
+
+def test_inspect_tables_at_several_widths_show_the_ratios(cli):
+    code, out, err = cli("inspect", "param=mup", "width=64,256", "param.base_width=64")
+    assert code == 0, err
+    assert out.count("== model=mlp param=mup") == 2 and "== ratios to the first width" in out
+    hidden_weight = next(line for line in out.splitlines()[out.splitlines().index("== ratios to the first width"):]
+                         if line.startswith("layers.2.weight"))
+    std, fwd, lr = (float(x) for x in hidden_weight.split()[1:])
+    assert (std, fwd, lr) == (pytest.approx(0.5, rel=0.02), 1.0, 0.25)  # init std halves, Adam LR / 4
+
+
+def test_inspect_refuses_a_sweep_other_than_width(cli):
+    code, _, err = cli("inspect", "param=mup,standard")
+    assert code == 2 and err.strip().splitlines() == [
+        "error: inspect runs one config: only width may list values, not 'param=mup,standard'"]
