@@ -58,7 +58,9 @@ def parameterization(cfg: Config) -> Parameterization:
 
 def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:
     """The model of `cfg.model` for `runs` runs, with `param`'s multipliers set (not yet initialised)."""
-    own = dataclasses.replace(cfg.model, activation=Activation(model_activation(cfg)))  # `auto` resolved
+    own = cfg.model
+    if getattr(own, "activation", None) is not None:  # `auto` resolved for the model (a model may have none)
+        own = dataclasses.replace(own, activation=Activation(model_activation(cfg)))
     net = options.module("model", cfg.model.name).build(
         own, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
         output_dim=output_dim,
