@@ -147,8 +147,8 @@ class Engine:
 # schema declares its kind as `INPUTS`, a model's schema the kinds it can read as
 # `READS` (both default to vectors), so a model that cannot read the data is
 # refused before anything loads.
-VECTOR, IMAGE, TOKENS = "vector", "image", "tokens"
-INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequences"}
+VECTOR, IMAGE, TOKENS, SIGNAL = "vector", "image", "tokens", "signal"
+INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequences", SIGNAL: "1-D signals"}
 
 
 def location(default: Any) -> Any:
@@ -159,7 +159,7 @@ def location(default: Any) -> Any:
 @dataclass
 class MLPConfig:
     MIN_DEPTH: ClassVar[int] = 2  # an input and an output layer
-    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
+    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE, SIGNAL)  # images and signals are flattened
 
     name: str = "mlp"
     activation: Activation = Activation.relu
@@ -171,7 +171,7 @@ class ResNetConfig:
     """ResNet-S (seed 002): MM(Res(...Res(MM_in(x)))), Res(z) = z + sigma(MM_1(sigma(MM_2(z))))."""
 
     MIN_DEPTH: ClassVar[int] = 1  # residual blocks
-    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
+    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE, SIGNAL)  # images and signals are flattened
 
     name: str = "resnet"
     activation: Activation = Activation.relu
@@ -206,6 +206,36 @@ class ResNetCNNConfig(CNNConfig):
 
 
 @dataclass
+class CNN1DConfig:
+    """Conv1D layers of `width` channels (seed 002, eq. 7.50), the first `pool_layers` each halving
+    the length by average pooling, then the flattened features into a linear readout (MNIST-1D's CNN)."""
+
+    MIN_DEPTH: ClassVar[int] = 1  # conv layers
+    READS: ClassVar[tuple[str, ...]] = (SIGNAL,)
+
+    name: str = "cnn1d"
+    activation: Activation = Activation.relu
+    bias: bool = True
+    kernel_size: int = 5
+    pool_layers: int = 3  # how many conv layers (from the first) halve the length: 40 -> 5 for 3
+
+    def check(self) -> None:
+        _odd_kernel(self.kernel_size)
+        if self.pool_layers < 0:
+            raise ConfigError(f"model.pool_layers must be >= 0 (0: no pooling), got {self.pool_layers}")
+
+    def check_with(self, cfg: Config) -> None:
+        length = getattr(cfg.data, "final_seq_length", None)
+        halvings = min(cfg.depth, self.pool_layers)
+        if length is not None and length >> halvings < 1:
+            raise ConfigError(
+                f"model=cnn1d halves the signal's length {halvings} times (depth={cfg.depth}, "
+                f"model.pool_layers={self.pool_layers}), but data.final_seq_length={length} leaves nothing; "
+                f"use a smaller model.pool_layers or a longer signal"
+            )
+
+
+@dataclass
 class TransformerConfig:
     """A GPT-style decoder: token + position embeddings, `depth` pre-norm blocks
     z + attn(LN(z)), z + mlp(LN(z)) (causal self-attention, `heads` heads of width / heads),
@@ -235,10 +265,13 @@ class TransformerConfig:
             )
 
 
-def _conv_checks(model) -> None:
-    k = model.kernel_size
+def _odd_kernel(k: int) -> None:
     if not (k > 0 and k % 2 == 1):
         raise ConfigError(f"model.kernel_size must be a positive odd number (same-size padding), got {k}")
+
+
+def _conv_checks(model) -> None:
+    _odd_kernel(model.kernel_size)
     if model.pool < 0:
         raise ConfigError(f"model.pool must be >= 0 (0: no pooling), got {model.pool}")
 
@@ -369,6 +402,49 @@ class TextConfig:
         _positive("data.eval_size", self.eval_size)
 
 
+@dataclass
+class MNIST1DConfig:
+    """MNIST-1D (Greydanus 2020), generated locally by the `mnist1d` package (lrtransfer/data/mnist1d.py).
+
+    The generation keys are the package's `get_dataset_args()`; the defaults are the benchmark's.
+    """
+
+    INPUTS: ClassVar[str] = SIGNAL
+
+    name: str = "mnist1d"
+    cache: Optional[str] = location(None)  # where generated sets are kept; None: $XDG_CACHE_HOME/lrtransfer
+    num_samples: int = 5000  # train + test; num_samples // 10 per class
+    train_split: float = 0.8  # the first 80% train, the rest the held-out test split
+    padding_min: int = 36  # the package's padding = [padding_min, padding_max] (scalars: every config value
+    padding_max: int = 60  # is a scalar, which the analysis groups by)
+    scale_coeff: float = 0.4
+    max_translation: int = 48
+    corr_noise_scale: float = 0.25
+    iid_noise_scale: float = 0.02
+    shear_scale: float = 0.75
+    shuffle_seq: bool = False
+    final_seq_length: int = 40
+    seed: int = 42  # the generator's seed (the benchmark's)
+    eval_size: Optional[int] = None  # None: the whole test split; N: a fixed random subset of it
+
+    def check(self) -> None:
+        if self.num_samples < 10:
+            raise ConfigError(f"data.num_samples must be >= 10 (one signal per class at least), got {self.num_samples}")
+        n = self.num_samples // 10 * 10
+        if not (0 < self.train_split < 1 and 0 < int(n * self.train_split) < n):
+            raise ConfigError(
+                f"data.train_split={self.train_split} leaves an empty split of {n} signals; use a value in (0, 1)"
+            )
+        _positive("data.final_seq_length", self.final_seq_length)
+        _positive("data.max_translation", self.max_translation)
+        if not 0 <= self.padding_min <= self.padding_max:
+            raise ConfigError(
+                f"data.padding_min={self.padding_min}, data.padding_max={self.padding_max}: need 0 <= min <= max"
+            )
+        if self.eval_size is not None:
+            _positive("data.eval_size", self.eval_size)
+
+
 # ---------------------------------------------------------------- the whole
 @dataclass
 class Config:
@@ -390,7 +466,7 @@ class Config:
 # Group option -> its schema. A new option adds one line here and one YAML file.
 SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"mlp": MLPConfig, "resnet": ResNetConfig, "cnn": CNNConfig, "resnet_cnn": ResNetCNNConfig,
-              "transformer": TransformerConfig},
+              "transformer": TransformerConfig, "cnn1d": CNN1DConfig},
     "param": {"standard": StandardParam, "equalized": EqualizedParam, "mup": MupParam, "modular": ModularParam},
     "optim": {"adam": AdamConfig, "sgd": SGDConfig},
     "data": {
@@ -400,6 +476,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "mnist": ImageDataConfig,
         "fashion_mnist": ImageDataConfig,
         "text": TextConfig,
+        "mnist1d": MNIST1DConfig,
     },
 }
 GROUPS = tuple(SCHEMAS)
