@@ -1,8 +1,8 @@
 """Architectures. `conf/model/<name>.yaml` is implemented by `lrtransfer/model/<name>.py`,
 which provides `build(cfg, param, *, runs, input_shape, output_dim) -> Module`.
 
-`input_shape` is one example's shape: (d,) for vectors, (C, H, W) for images, (T,)
-for token ids in [0, output_dim). Which kinds a model reads is declared by its
+`input_shape` is one example's shape: (d,) for vectors, (C, H, W) for images, (C, L)
+for signals, (T,) for token ids in [0, output_dim). Which kinds a model reads is declared by its
 schema (`READS` in config.py) and checked before any job starts. A model takes
 inputs with or without a leading run axis: (B, *input_shape) or (K, B, *input_shape).
 """
