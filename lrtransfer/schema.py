@@ -25,8 +25,8 @@ class ConfigError(UserError, ValueError):
 # options declare their kind as `INPUTS`, a model's the kinds it can read as
 # `READS` (both default to vectors), so a model that cannot read the data is
 # refused before anything loads.
-VECTOR, IMAGE, TOKENS = "vector", "image", "tokens"
-INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequences"}
+VECTOR, IMAGE, TOKENS, SIGNAL = "vector", "image", "tokens", "signal"
+INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequences", SIGNAL: "1-D signals"}
 
 # The kind of update an optimizer's direction makes, declared by the optimizer as
 # `UPDATE` (a ClassVar: it decides rules, it is no part of a job's identity). A
@@ -87,6 +87,12 @@ class DecayScaling(str, Enum):
 def location(default: Any) -> Any:
     """A field that says where something is, not what is computed: it is no part of a job's identity."""
     return field(default=default, metadata={"location": True})
+
+
+def odd_kernel(k: int) -> None:
+    """Same-size zero padding needs an odd filter, k = 2l + 1 (the lecture notes' Conv1D-S)."""
+    if not (k > 0 and k % 2 == 1):
+        raise ConfigError(f"model.kernel_size must be a positive odd number (same-size padding), got {k}")
 
 
 def positive(name: str, value: float) -> None:

@@ -280,6 +280,11 @@ def test_resnet_width_and_depth_sweeps_run_from_the_cli(cli, tmp_path):
 def test_batched_equals_one_run_at_a_time_in_float64(model, param, mnist_root):
     over = [*model_overrides(model, param, mnist_root), "train.steps=15", "train.batch_size=8", "n_seeds=2",
             "train.dtype=float64"]
+    assert_batched_equals_alone(over, param)
+
+
+def assert_batched_equals_alone(over: list[str], param: str) -> None:
+    """Two seeds x two LRs as one ensemble give the losses of one run at a time (float64 overrides)."""
     runs = [Run(log2_lr=(GOOD_LR[param] + d), seed=s) for s in (0, 1) for d in (-2, 0)]
     batched = engine.train(build.job(typed(*over)), runs)
     alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)

@@ -17,7 +17,7 @@ NO_CUDA = not torch.cuda.is_available()
 
 # (case, sweep arguments, the fragment the one-line error must contain)
 CATALOGUE = [
-    ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, mlp, resnet, resnet_cnn, transformer"),
+    ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, cnn1d, mlp, resnet, resnet_cnn, transformer"),
     ("misspelt group option", ["optim=adamw"], "unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, sgd"),
     ("unknown key", ["widht=64"], "unknown key 'widht' (did you mean 'width'?)"),
     ("unknown nested key", ["train.stpes=3"], "unknown key 'train.stpes' in 'train' (did you mean 'steps'?)"),
@@ -39,11 +39,18 @@ CATALOGUE = [
     ("subset larger than the dataset", ["data=mnist", "data.root={cifar}", "data.train_size=101"],
      "data.train_size=101 but MNIST has 100 training images on disk"),
     ("model that cannot read the data", ["data=text"], "model=mlp cannot read data=text, which gives token sequences"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: depth, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: depth, mnist1d, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
      "model.kernel_size must be a positive odd number (same-size padding), got 4"),
+    ("1-D conv net on vectors", ["model=cnn1d"],
+     "model=cnn1d cannot read data=teacher, which gives feature vectors; models that can: mlp, resnet"),
+    ("even 1-D conv kernel", ["model=cnn1d", "data=mnist1d", "model.kernel_size=4"],
+     "model.kernel_size must be a positive odd number (same-size padding), got 4"),
+    ("no MNIST-1D signals", ["data=mnist1d", "data.num_samples=0"], "data.num_samples must be >= 10 (one signal per class at least), got 0"),
+    ("a signal pooled to nothing", ["model=cnn1d", "data=mnist1d", "depth=6", "model.pool_layers=6"],
+     "model=cnn1d halves the signal's length 6 times (depth=6, model.pool_layers=6), but data.final_seq_length=40 leaves nothing"),
     ("width not a multiple of the heads", ["model=transformer", "data=text", "width=30"],
      "width=30 is not divisible by model.heads=4"),
     ("unknown activation", ["model.activation=scaled_tanh"],

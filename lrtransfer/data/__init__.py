@@ -8,6 +8,7 @@ so the sweep can refuse a model that cannot read it before loading anything:
 
 - `vector`: x (B, d) float, y (B,) class indices;
 - `image`:  x (B, C, H, W) float, y (B,) class indices;
+- `signal`: x (B, C, L) float, y (B,) class indices (1-D signals: MNIST-1D);
 - `tokens`: x (B, T) int64 token ids in [0, output_dim), y (B, T) the next token
   at every position.
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Conv, Linear, Pool, Sequential
-from lrtransfer.schema import IMAGE, ConfigError
+from lrtransfer.schema import IMAGE, ConfigError, odd_kernel
 from lrtransfer.schema import Activation as ActivationName
 
 
@@ -31,9 +31,7 @@ class CNNOptions:
     pool: int = 2  # average-pool the stem's output by pool x pool (0: keep the full resolution)
 
     def check(self) -> None:
-        k = self.kernel_size
-        if not (k > 0 and k % 2 == 1):
-            raise ConfigError(f"model.kernel_size must be a positive odd number (same-size padding), got {k}")
+        odd_kernel(self.kernel_size)
         if self.pool < 0:
             raise ConfigError(f"model.pool must be >= 0 (0: no pooling), got {self.pool}")
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Flatten, Linear, Sequential
-from lrtransfer.schema import IMAGE, VECTOR
+from lrtransfer.schema import IMAGE, SIGNAL, VECTOR
 from lrtransfer.schema import Activation as ActivationName
 
 
 @dataclass
 class MLPOptions:
     MIN_DEPTH: ClassVar[int] = 2  # an input and an output layer
-    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
+    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE, SIGNAL)  # images and signals are flattened
 
     name: str = "mlp"
     ACTIVATION: ClassVar[str] = "relu"  # what activation=auto means (scaled under param=modular)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Flatten, LayerNorm, Linear, Sequential
-from lrtransfer.schema import IMAGE, VECTOR, ResidualRule
+from lrtransfer.schema import IMAGE, SIGNAL, VECTOR, ResidualRule
 from lrtransfer.schema import Activation as ActivationName
 
 
@@ -26,7 +26,7 @@ class ResNetOptions:
     """ResNet-S (the lecture notes): MM(Res(...Res(MM_in(x)))), Res(z) = z + sigma(MM_1(sigma(MM_2(z))))."""
 
     MIN_DEPTH: ClassVar[int] = 1  # residual blocks
-    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE)  # images are flattened
+    READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE, SIGNAL)  # images and signals are flattened
 
     name: str = "resnet"
     ACTIVATION: ClassVar[str] = "relu"  # what activation=auto means (scaled under param=modular)
