@@ -27,7 +27,9 @@ def test_completion_candidates_leave_out_internal_groups():
 @pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
 def test_tab_completes_groups_options_and_keys_in_bash(tmp_path):
     exe = lrtransfer_cmd()[0]
-    script = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    script = shown.stdout
     assert "COMP_WORDBREAKS" in script
     (tmp_path / "rc").write_text(f"PS1='ready$ '\nexport PATH={os.path.dirname(exe)}:$PATH\n{script}\n")
     session = f"lrt-{uuid.uuid4().hex[:8]}"
