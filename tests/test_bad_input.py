@@ -91,7 +91,7 @@ CATALOGUE = [
     ("empty range", ["width=range(0)"], "'width=range(0)' gives no values, so the sweep has no jobs"),
     ("zero parallel jobs", ["hydra/launcher=parallel", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 runs nothing"),
     ("group YAML of the wrong shape", ["--config-dir", "{yaml_dir}", "model=listed"],
-     "model: expected a mapping with name: one of cnn, mlp, resnet"),
+     "model: expected a mapping with name: one of cnn, cnn1d, mlp, resnet"),
     ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
      "model=mlp: its YAML file must start with 'defaults: [/schema/model/mlp@_here_, _self_]'"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
