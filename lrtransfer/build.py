@@ -50,10 +50,18 @@ def select_device(spec: str) -> torch.device:
     return device
 
 
-def parameterization(cfg: Config) -> Parameterization:
+def per_run(group_options, group: str, values: dict | None):
+    """`group_options` with each of its per-run keys among `values` ({"optim.weight_decay":
+    (K,) tensor}) set to the runs' values instead of its scalar: the option's code then
+    computes with one value per run (the keys an option declares in PER_RUN)."""
+    own = {k.partition(".")[2]: v for k, v in (values or {}).items() if k.partition(".")[0] == group}
+    return dataclasses.replace(group_options, **own) if own else group_options
+
+
+def parameterization(cfg: Config, values: dict | None = None) -> Parameterization:
     """The parameterization of `cfg.param`, told the width and the optimizer's kind of update."""
     update = options.of("optim")[cfg.optim.name].UPDATE
-    return parameterization_class(cfg.param.name)(cfg.param, width=cfg.width, update=update)
+    return parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update)
 
 
 def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:
@@ -69,8 +77,8 @@ def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Seque
     return net
 
 
-def optimizer(cfg: Config, tensors: Sequence[Tensor]):
-    return options.module("optim", cfg.optim.name).Optimizer(cfg.optim, tensors)
+def optimizer(cfg: Config, tensors: Sequence[Tensor], values: dict | None = None):
+    return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), tensors)
 
 
 def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
@@ -86,10 +94,12 @@ class Built:
     engine: Engine
     device: torch.device
     dtype: torch.dtype
-    new_param: Callable[[], Parameterization]
+    # Each factory takes the ensemble's per-run values ({"optim.weight_decay": (K,) tensor},
+    # `engine.per_run_values`; none by default), which replace those keys' scalars.
+    new_param: Callable[..., Parameterization]  # (values) -> a parameterization
     new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
-    new_optimizer: Callable[[Sequence[Tensor]], Any]
-    optim: Any  # the optimizer's options, whose weight decay the parameterization applies
+    new_optimizer: Callable[..., Any]  # (tensors, values) -> an optimizer
+    optim_options: Callable[..., Any]  # (values) -> the optimizer's options, whose weight decay the parameterization applies
 
 
 def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = None) -> Built:
@@ -101,8 +111,8 @@ def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = 
     shape, classes = the_task.input_shape, the_task.output_dim
     return Built(
         task=the_task, train=cfg.train, engine=cfg.engine, device=device, dtype=dtype,
-        new_param=lambda: parameterization(cfg),
+        new_param=lambda values=None: parameterization(cfg, values),
         new_model=lambda param, runs: model(cfg, param, runs=runs, input_shape=shape, output_dim=classes),
-        new_optimizer=lambda tensors: optimizer(cfg, tensors),
-        optim=cfg.optim,
+        new_optimizer=lambda tensors, values=None: optimizer(cfg, tensors, values),
+        optim_options=lambda values=None: per_run(cfg.optim, "optim", values),
     )

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field, fields
+from functools import cache
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, List, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
@@ -128,8 +129,27 @@ class Config:
     seed: int = 0
     n_seeds: int = 1
     lr: LRGrid = field(default_factory=LRGrid)
+    # A second inner axis beside the LR: `grid.optim.weight_decay=[0,1e-3,1e-2]` trains
+    # every LR of the grid at each value, in the same job (see `inner_grid`). Typed by
+    # `grid_schema` when registered: one list per key an option declares PER_RUN.
+    grid: Any = field(default_factory=dict)
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
+
+
+@cache
+def grid_schema() -> type:
+    """The `grid` node's dataclass: `grid.<group>.<key>`, a list of floats (default null), for
+    every key some option of the group declares in its `PER_RUN` (the numeric options whose
+    code takes one value per run: a (K,) tensor), so Hydra accepts `grid.optim.weight_decay=[...]`
+    and refuses any other key while composing."""
+    nodes = []
+    for group in GROUPS:
+        keys = sorted({k for o in options.of(group).values() for k in getattr(o, "PER_RUN", ())})
+        if keys:
+            node = make_dataclass(f"{group.title()}Grid", [(k, Optional[List[float]], None) for k in keys])
+            nodes.append((group, node, field(default_factory=node)))
+    return make_dataclass("InnerGrid", nodes)
 
 
 def register() -> None:
@@ -137,7 +157,9 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
-    cs.store(name="lrtransfer_schema", node=Config)
+    root = OmegaConf.structured(Config)
+    root.grid = OmegaConf.structured(grid_schema())
+    cs.store(name="lrtransfer_schema", node=root)
     for group in GROUPS:
         for name, node in options.of(group).items():
             cs.store(group=f"schema/{group}", name=name, node=node)
@@ -174,6 +196,74 @@ def _check_lr_grid(cfg: Config) -> None:
                           f"at most {MAX_RUNS_PER_JOB} (sweep seed=... as separate jobs instead)")
 
 
+def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
+    """The job's second inner axis, `("optim.weight_decay", [0.0, 0.001, 0.01])`, or None.
+
+    `cfg` a typed Config or a resolved config dict (a record's); only the keys set
+    (not null) count.
+    """
+    node = cfg.get("grid") if isinstance(cfg, dict) else cfg.grid
+    found = [(k, v) for k, v in _flat(node).items() if v is not None]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise ConfigError(f"grid takes one key (one more axis beside the LR), got {', '.join('grid.' + k for k, _ in found)}")
+    return found[0]
+
+
+def _flat(node, prefix: str = "") -> dict:
+    """A nested grid node (a dataclass, a mapping, a DictConfig) as {"group.key": value}."""
+    if node is None:
+        return {}
+    if not isinstance(node, dict) and hasattr(node, "__dataclass_fields__"):
+        node = {f.name: getattr(node, f.name) for f in fields(node)}
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node)
+    if not isinstance(node, dict):
+        return {prefix.rstrip("."): node}
+    out = {}
+    for k, v in node.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) or hasattr(v, "__dataclass_fields__") else {f"{prefix}{k}": v})
+    return out
+
+
+def per_run_keys(cfg: Config) -> list[str]:
+    """The keys of this job whose value may differ between its runs (`grid.<key>`)."""
+    return [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
+
+
+def _check_inner_grid(cfg: Config) -> None:
+    found = inner_grid(cfg)
+    if found is None:
+        return
+    key, values = found
+    valid = per_run_keys(cfg)
+    if key not in valid:
+        group, _, leaf = key.partition(".")
+        why = f"{group}={getattr(cfg, group).name} has no such key" if group in GROUPS and not hasattr(getattr(cfg, group), leaf) \
+            else "its value cannot differ between the runs of a job"
+        raise ConfigError(f"grid.{key}: {why}; keys that may vary per run here: {', '.join(valid) or 'none'}")
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"grid.{key}={values!r} must be a non-empty list of numbers, e.g. grid.{key}=[0,1e-3,1e-2]")
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"grid.{key}={values}: every value must be finite, got {bad[0]}")
+    if len(set(values)) < len(values):
+        raise ConfigError(f"grid.{key}={values} repeats a value; each value is trained once")
+    group, _, leaf = key.partition(".")
+    node = getattr(cfg, group)
+    for v in values:  # the option's own checks, for each value (weight_decay >= 0, output_mult > 0)
+        try:
+            if hasattr(node, "check"):
+                replace(node, **{leaf: v}).check()
+        except ConfigError as e:
+            raise ConfigError(f"grid.{key}={values}: {e}") from None
+    runs = cfg.lr.size() * len(values) * cfg.n_seeds
+    if runs > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"grid.{key} has {len(values)} values x {cfg.lr.size()} learning rates x n_seeds={cfg.n_seeds} "
+                          f"= {runs} runs in a job; at most {MAX_RUNS_PER_JOB}")
+
+
 SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine}  # the typed nodes that are not groups
 
 
@@ -203,6 +293,10 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
     if schema is Config:
         for group in GROUPS:
             _check_group_shape(cfg, group)
+        known_grid = list(_flat(grid_schema()()))
+        for key in _flat(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
+            if key not in known_grid:
+                raise ConfigError(f"unknown key 'grid.{key}'{choices(['grid.' + k for k in known_grid], 'grid.' + key)}")
         for key, node in cfg.items():
             sub = SECTIONS.get(key)
             if sub is None and key in GROUPS:
@@ -260,6 +354,7 @@ def validate(cfg: DictConfig | Config) -> Config:
         if hasattr(node, "check_with"):  # checks that need the rest of the config (model.heads vs width)
             node.check_with(cfg)
     _check_model_reads_data(cfg)
+    _check_inner_grid(cfg)
     return cfg
 
 
@@ -308,6 +403,9 @@ def semantic(cfg: DictConfig | dict) -> dict:
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", "engine")}
+    grid = {k: v for k, v in _flat(out.pop("grid", None)).items() if v is not None}
+    if grid:  # no grid (the default): the same identity as before grids existed
+        out["grid"] = grid
     for group in GROUPS:
         node = out.get(group)
         schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None

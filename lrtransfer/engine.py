@@ -62,6 +62,8 @@ def precision(kind: str, device: torch.device) -> Iterator[None]:
 class Run:
     log2_lr: float
     seed: int
+    # The run's own value of each per-run key (`grid.<key>`), e.g. (("optim.weight_decay", 0.01),).
+    grid: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -77,6 +79,7 @@ class RunResult:
     eval_acc: float | None = None
     history_step: list[int] = field(default_factory=list)
     history_loss: list[float | None] = field(default_factory=list)
+    grid: dict[str, float] = field(default_factory=dict)  # the run's per-run values (`Run.grid`)
 
 
 def data_seed(seed: int) -> int:
@@ -117,7 +120,7 @@ def train(
     # small models). Otherwise the reference path: one run at a time, same code.
     size = chunk_size(built, len(runs))
     chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
-    key = [[(r.log2_lr, r.seed) for r in chunk] for chunk in chunks]
+    key = [[(r.log2_lr, r.seed, *(x for kv in r.grid for x in kv)) for r in chunk] for chunk in chunks]
 
     def make(index: int) -> Ensemble:
         return Ensemble(built, chunks[index])
@@ -289,13 +292,17 @@ class Ensemble:
         self.built, self.train, self.runs, self.task = built, built.train, runs, built.task
         device, dtype = built.device, built.dtype
         self.K, self.steps, self.device = len(runs), self.train.steps, device
-        self.param = built.new_param()
+        # Each per-run key's values, (K,) float64 on the device: the options that take one
+        # value per run get these in place of their scalar (`build.per_run`).
+        self.values = per_run_values(runs, device)
+        self.param = built.new_param(self.values)
         self.model = built.new_model(self.param, self.K)
         self.param.initialize(self.model, [r.seed for r in runs])
         self.model.to(device=device, dtype=dtype)
         self.slots = self.param.slots(self.model)
         self.tensors = [s.tensor for s in self.slots]
-        self.opt = built.new_optimizer(self.tensors)
+        self.opt = built.new_optimizer(self.tensors, self.values)
+        self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
 
         seeds = list(dict.fromkeys(r.seed for r in runs))
         self.gens = [torch.Generator(device=device).manual_seed(data_seed(s)) for s in seeds]
@@ -336,7 +343,7 @@ class Ensemble:
         with torch.no_grad():
             directions = self.opt.directions(grads)
             updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
-            apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.built.optim))
+            apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.optim))
         self.step_index += 1
 
     def check(self) -> None:
@@ -382,6 +389,19 @@ class Ensemble:
 
     def results(self) -> list[RunResult]:
         return _results(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
+
+
+def per_run_values(runs: Sequence[Run], device: torch.device) -> dict[str, Tensor]:
+    """{key: (K,) float64 tensor} of the runs' own values (`Run.grid`); {} when they have none.
+
+    Float64 so that code computing with a value rounds it to the training dtype once,
+    where a scalar would be: a run equals the job with that key set to its value.
+    """
+    keys = list(dict.fromkeys(k for r in runs for k, _ in r.grid))
+    table = [dict(r.grid) for r in runs]
+    if any(set(t) != set(keys) for t in table):
+        raise ValueError("every run of an ensemble must set the same per-run keys")
+    return {k: torch.tensor([t[k] for t in table], device=device, dtype=torch.float64) for k in keys}
 
 
 @torch.no_grad()
@@ -459,6 +479,7 @@ def _results(train, runs, task: Task, model, history: Tensor, alive: Tensor, div
                 eval_acc=float(eval_acc[k]) if ok and eval_acc is not None else None,
                 history_step=idx,
                 history_loss=losses,
+                grid=dict(run.grid),
             )
         )
     return out

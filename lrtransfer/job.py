@@ -26,18 +26,29 @@ from omegaconf import DictConfig, OmegaConf
 from lrtransfer import __version__, progress, requeue, stop
 from lrtransfer.checkpoint import NAME as CHECKPOINT
 from lrtransfer.checkpoint import FileCheckpoint
-from lrtransfer.config import validate
+from lrtransfer.config import inner_grid, validate
 from lrtransfer.store import is_complete, job_dir, job_id, write_record
 
 log = logging.getLogger(__name__)
 
 
 def runs_of(cfg) -> list:
-    """The job's runs: every LR of the grid for each of its seeds."""
+    """The job's runs: every LR of the grid for each of its seeds, and with a second inner
+    axis (`grid.<key>=[...]`) at each of its values: K = LRs x values x seeds."""
     from lrtransfer.engine import Run
 
     seeds = range(cfg.seed, cfg.seed + cfg.n_seeds)
-    return [Run(log2_lr=log2, seed=s) for s in seeds for log2 in cfg.lr.values()]
+    found = inner_grid(cfg)
+    cells = [()] if found is None else [((found[0], float(v)),) for v in found[1]]
+    return [Run(log2_lr=log2, seed=s, grid=c) for s in seeds for c in cells for log2 in cfg.lr.values()]
+
+
+def run_record(result) -> dict:
+    """A run as its record writes it: a run without per-run values has no `grid` entry."""
+    out = vars(result).copy()
+    if not out.get("grid"):
+        out.pop("grid", None)
+    return out
 
 
 def thread_count(requested: int) -> int:
@@ -157,7 +168,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
             "threads": torch.get_num_threads(),
             "wall_time_s": round(time.perf_counter() - started, 3),
             "peak_memory_mib": peak_memory_mib(device),
-            "runs": [vars(r) for r in results],
+            "runs": [run_record(r) for r in results],
         }
     except stop.Interrupted:
         log.info("job %s interrupted", base["job_id"])

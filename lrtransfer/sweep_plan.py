@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import ConfigError, validate
+from lrtransfer.config import ConfigError, inner_grid, validate
 from lrtransfer.store import iter_records, job_dir, read_record
 
 LOCK_NAME = ".lock"  # the file a running job holds an flock on (lrtransfer.job.job_lock)
@@ -31,7 +31,8 @@ class PlanEntry:
     job_id: str
     folder: Path
     status: str  # done | running | failed (will be retried) | missing
-    run_steps: int  # LR runs x seeds x training steps
+    run_steps: int  # K runs x training steps
+    runs: int = 0  # K: LRs x values of `grid.<key>` x seeds, one ensemble
 
 
 @dataclass
@@ -72,14 +73,20 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         seen.add(folder.name)
         if plan.first_config is None:
             plan.first_config = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-        plan.jobs.append(PlanEntry(varying or "(the only job)", folder.name, folder, status_of(folder), run_steps(typed)))
+        plan.jobs.append(PlanEntry(varying or "(the only job)", folder.name, folder, status_of(folder), run_steps(typed), runs_per_job(typed)))
     plan.seconds_per_run_step, plan.rate_from = measured_rate({j.folder.parent for j in plan.jobs})
     return plan
 
 
 def run_steps(typed) -> int:
-    """A job's work: one run per LR of its grid and seed, each `train.steps` steps."""
-    return typed.n_seeds * len(typed.lr.values()) * typed.train.steps
+    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
+    return runs_per_job(typed) * typed.train.steps
+
+
+def runs_per_job(typed) -> int:
+    """K: LRs x values of the second inner axis (1 without one) x seeds."""
+    found = inner_grid(typed)
+    return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))
 
 
 def status_of(folder: Path) -> str:
@@ -143,9 +150,9 @@ def describe(plan: Plan) -> list[str]:
         counts = {s: sum(j.status == s for j in jobs) for s in ("done", "running", "failed", "missing")}
         lines.append(f"{study}/: {len(jobs)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
         for j in jobs:
-            lines.append(f"  {j.status:<8} {j.varying:<{width}}  {j.run_steps:>9,} run-steps  {j.job_id}")
+            lines.append(f"  {j.status:<8} {j.varying:<{width}}  {j.run_steps:>9,} run-steps  {j.job_id}  K={j.runs}")
     todo = plan.todo
-    total = f"to run: {len(todo)} job(s), {plan.run_steps_todo:,} run-steps (LR runs x steps)"
+    total = f"to run: {len(todo)} job(s), {plan.run_steps_todo:,} run-steps (K runs x steps; K = LRs x seeds, x the values of a grid.<key>)"
     if not todo:
         total = "nothing to run: every job is done or running"
     elif plan.estimate_s is not None:

@@ -120,6 +120,18 @@ class Atom(Module):
     def split(self, target: float) -> list[tuple[Module, float]]:
         return []  # a leaf: its target is its own
 
+    def set_multipliers(self, weight: float | Tensor, bias: float | Tensor) -> None:
+        """Set the forward multipliers: floats, or (K,) tensors, one value per run (a per-run
+        option such as muP's output_mult), kept as buffers so that moving the model to its
+        device and dtype moves and rounds them too."""
+        for name, value in (("weight_mult", weight), ("bias_mult", bias)):
+            self._buffers.pop(name, None)
+            self.__dict__.pop(name, None)
+            if isinstance(value, Tensor):
+                self.register_buffer(name, value.detach().clone(), persistent=False)
+            else:
+                setattr(self, name, float(value))
+
     def trained(self) -> Iterator[tuple[str, Tensor]]:
         """(name, tensor) of each trained tensor this atom holds, in TENSORS order."""
         for name in self.TENSORS:
@@ -156,6 +168,13 @@ class Atom(Module):
         return f"{self.fan_in} -> {self.fan_out}, role={self.role}, runs={self.runs}"
 
 
+def scaled(t: Tensor, mult: float | Tensor) -> Tensor:
+    """t * mult: a float multiplier (1: t itself), or a (K,) one per run, over t's leading run axis."""
+    if isinstance(mult, Tensor):
+        return t * mult.view(-1, *([1] * (t.dim() - 1)))
+    return t if mult == 1.0 else t * mult
+
+
 class Linear(Atom):
     """MM_{W,b}(z) = W z + b (the lecture notes, eq. 7.35), for K runs at once.
 
@@ -176,11 +195,9 @@ class Linear(Atom):
         # x: (B, fan_in) shared by every run, or (K, B, fan_in) -> (K, B, fan_out)
         if x.dim() > 3:  # (K, B, ..., fan_in), e.g. (K, B, T, fan_in): the middle axes as one
             return self.forward(x.flatten(1, -2)).unflatten(1, x.shape[1:-1])
-        y = torch.matmul(x, self.weight)
-        if self.weight_mult != 1.0:
-            y = y * self.weight_mult
+        y = scaled(torch.matmul(x, self.weight), self.weight_mult)
         if self.bias is not None:
-            y = y + (self.bias if self.bias_mult == 1.0 else self.bias * self.bias_mult)
+            y = y + scaled(self.bias, self.bias_mult)
         return y
 
 
@@ -222,10 +239,8 @@ class Conv(Atom):
         # channels, with the runs' outputs left interleaved, every later elementwise
         # pass ran on strided memory (measured 2.6x slower than one run at a time).
         K, pad = self.runs, self.kernel // 2
-        w = self.weight * self.weight_mult if self.weight_mult != 1.0 else self.weight
-        b = None
-        if self.bias is not None:
-            b = self.bias * self.bias_mult if self.bias_mult != 1.0 else self.bias
+        w = scaled(self.weight, self.weight_mult)
+        b = None if self.bias is None else scaled(self.bias, self.bias_mult)
         if x.dim() == self.dims + 2:  # (B, c_in, *S) shared: one convolution with K * c_out filters
             y = self._conv(x, w.flatten(0, 1), None if b is None else b.flatten(), padding=pad)  # (B, K*c_out, *S)
             return y.unflatten(1, (K, self.c_out)).transpose(0, 1).contiguous()  # (K, B, c_out, *S)
@@ -298,7 +313,7 @@ class Embedding(Atom):
         # another's. (K, 1, 1) + ids (B, T) or (K, B, T) -> (K, B, T)
         offsets = torch.arange(K, device=ids.device).mul_(num).view(K, 1, 1)
         y = nn.functional.embedding(ids + offsets, self.weight.reshape(K * num, self.fan_out))  # (K, B, T, dim)
-        return y * self.weight_mult if self.weight_mult != 1.0 else y
+        return scaled(y, self.weight_mult)
 
 
 class Enumerate(Module):

@@ -16,6 +16,7 @@ from lrtransfer.schema import ADAPTIVE, DecayScaling, Grid, in_unit, non_negativ
 @dataclass
 class AdamOptions:
     UPDATE: ClassVar[str] = ADAPTIVE
+    PER_RUN: ClassVar[tuple[str, ...]] = ("weight_decay",)  # may vary across a job's runs (grid.optim.weight_decay)
     LR_GRID: ClassVar[Grid] = Grid(-14, -4)  # log2 learning rates every job trains, unless overridden
 
     name: str = "adam"

@@ -15,6 +15,7 @@ from lrtransfer.schema import GRADIENT, DecayScaling, Grid, in_unit, non_negativ
 @dataclass
 class SGDOptions:
     UPDATE: ClassVar[str] = GRADIENT
+    PER_RUN: ClassVar[tuple[str, ...]] = ("weight_decay",)  # may vary across a job's runs (grid.optim.weight_decay)
     LR_GRID: ClassVar[Grid] = Grid(-10, 0)  # log2 learning rates every job trains, unless overridden
 
     name: str = "sgd"

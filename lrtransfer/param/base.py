@@ -84,13 +84,14 @@ class Parameterization:
         return 1.0
 
     # ---- forward multipliers, set once on the built model
-    def multipliers(self, atom: Atom) -> tuple[float, float]:
-        """(weight_mult, bias_mult): the atom computes weight_mult * x W + bias_mult * b."""
+    def multipliers(self, atom: Atom) -> tuple[float | Tensor, float | Tensor]:
+        """(weight_mult, bias_mult): the atom computes weight_mult * x W + bias_mult * b.
+        Each a float, or a (K,) tensor where it follows a per-run option (muP's output_mult)."""
         return 1.0, 1.0
 
     def set_multipliers(self, model: Module) -> None:
         for atom in model.atoms():
-            atom.weight_mult, atom.bias_mult = self.multipliers(atom)
+            atom.set_multipliers(*self.multipliers(atom))
 
     # ---- initialisation, one run at a time so that a run's weights depend on its seed only
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
@@ -156,11 +157,20 @@ class Parameterization:
         `decay_scaling: independent` (default) decay = wd * factor, so an LR sweep
         does not also sweep the decay; with `lr` it is lr * lr_mult * wd * factor,
         as torch's AdamW. None: no decay.
+
+        `weight_decay` may be one value per run (`grid.optim.weight_decay`): a (K,)
+        float64 tensor, combined with the factors in float64 and rounded once, as a
+        Python scalar is, so each run decays exactly as a job with its value would.
         """
         wd = optim.weight_decay
-        if not wd:
-            return None
+        if not isinstance(wd, Tensor):
+            if not wd:
+                return None
+            if optim.decay_scaling.value == "lr":
+                return [lr * (factor * wd * s.lr_mult) for s in slots]
+            alive = (lr > 0).to(lr.dtype) * (factor * wd)
+            return [alive for _ in slots]
         if optim.decay_scaling.value == "lr":
-            return [lr * (factor * wd * s.lr_mult) for s in slots]
-        alive = (lr > 0).to(lr.dtype) * (factor * wd)
+            return [lr * (factor * wd * s.lr_mult).to(lr.dtype) for s in slots]
+        alive = (lr > 0).to(lr.dtype) * (factor * wd).to(lr.dtype)
         return [alive for _ in slots]

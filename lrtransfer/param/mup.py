@@ -57,6 +57,8 @@ class MupOptions:
     # (`config.semantic`) changes and records made under the old rules are not reused.
     # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
     REVISION: ClassVar[int] = 1
+    # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier.
+    PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult",)
 
     name: str = "mup"
     base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
