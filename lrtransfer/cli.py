@@ -343,9 +343,37 @@ def _print_summary(doc: dict) -> None:
         )
         if g.get("interval_method"):
             console.print(f"  interval: {g['interval_method']}", style="dim")
+        if g.get("joint"):
+            _print_joint(console, g, best)
         for w in g["warnings"]:
             console.print(f"  [yellow]warning:[/] {w}")
         console.print()
+
+
+def _print_joint(console, g: dict, best: str) -> None:
+    """A group with a second inner axis: each scale's joint optimum, and the value's drift."""
+    from rich.table import Table
+
+    j = g["joint"]
+    key = j["key"]
+    table = Table(title=f"joint optimum over (LR, {key}); the table above is at each {g['axis']}'s best {key}",
+                  title_justify="left")
+    for col in (g["axis"], f"best {key}", "best log2 LR", best, *(f"{best} at {v:g}" for v in j["values"])):
+        table.add_column(col, justify="right")
+    for i, s in enumerate(g["scales"]):
+        v, where = j["best_value"][i], j["best_value_where"][i]
+        table.add_row(
+            str(s),
+            ("-" if v is None else f"{v:g}") + ("" if where == "interior" else f" ({where})"),
+            _fmt(g["best_log2_lr"][i], "+.2f"),
+            _fmt(g["best_loss"][i], ".4f"),
+            *(_fmt(x, ".4f") for x in j["best_loss_by_value"][i]),
+        )
+    console.print(table)
+    ci = j["value_drift_ci"]
+    interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    what = f"octaves of best {key}" if j["value_coordinate"] == "log2" else f"best {key} (its own units; the grid holds 0)"
+    console.print(f"{key} drift: [bold]{_fmt(j['value_drift'], '+.3g')}{interval}[/] {what} per doubling of {g['axis']}")
 
 
 def _print_sweep_report(report) -> None:

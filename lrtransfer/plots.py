@@ -12,7 +12,10 @@ one study that share model, data and scale axis form a *family*; each family get
 - `transfer`: optimal log2 LR against log2 scale, a line per group, with 95%
   intervals per scale and the fitted drift with its band;
 - `curves`: loss against step at one LR (by default the smallest scale's best),
-  a line per scale: how the larger models behave at the transferred LR.
+  a line per scale: how the larger models behave at the transferred LR;
+- `joint`, for a group with a second inner axis (`grid.<key>`): the loss over
+  (log2 LR, value), a panel per scale, the joint optimum and its path across scales.
+  The other figures show such a group at each scale's best value.
 
 The look (sizes, fonts) is `style`'s, shared with the coordinate check and the report.
 """
@@ -35,7 +38,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 from lrtransfer.analysis import EDGE_HIGH, EDGE_LOW, Group, maximizes, telling_keys  # noqa: E402
 from lrtransfer.style import COLUMN_WIDTH, LABELS, STYLE, fit_titles, save, signed  # noqa: E402
 
-KINDS = ("lr", "transfer", "curves")
+KINDS = ("lr", "transfer", "curves", "joint")
 _FAMILY_KEYS = ("study", "model.name", "data.name")
 _DESCRIBED = ("study", "model.name", "data.name", "optim.name", "param.name", "train.steps", "train.batch_size")
 
@@ -302,6 +305,52 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
     return fig
 
 
+def joint_figure(g: Group, metric: str = "train_loss"):
+    """A group with a second inner axis (`grid.<key>`): the loss over (log2 LR, value), a panel
+    per scale, each scale's joint optimum marked, and the optimum's path across the scales
+    drawn on every panel. Values sit evenly spaced, labelled (a grid may hold 0); cells
+    where a run diverged are hatched grey; one colour scale for all panels."""
+    joint, maximize = g.joint, maximizes(metric)
+    cells = joint.cells
+    lrs = np.sort(cells["log2_lr"].unique())
+    values = joint.values
+    lo, hi = y_limits(cells["mean"].to_numpy(dtype=float), maximize)
+    cmap = plt.get_cmap("viridis_r" if not maximize else "viridis").with_extremes(bad="0.85")
+    row = {v: i for i, v in enumerate(values)}
+    path_x = [b for b, v in zip(g.best_log2_lr, joint.best_value) if v is not None and b is not None]
+    path_y = [row[v] for b, v in zip(g.best_log2_lr, joint.best_value) if v is not None and b is not None]
+    with plt.rc_context(STYLE):
+        fig, axes = _grid(len(g.scales), 2.35, 2.1, sharey=True, legend=False)
+        image = None
+        for ax, scale, i in zip(axes, g.scales, range(len(g.scales))):
+            c = cells[cells["scale"] == scale]
+            z = np.full((len(values), len(lrs)), np.nan)  # (values, LRs)
+            for v, lr, m in zip(c["value"], c["log2_lr"], c["mean"]):
+                z[row[v], int(np.searchsorted(lrs, lr))] = m
+            step = lrs[1] - lrs[0] if len(lrs) > 1 else 1.0
+            extent = (lrs[0] - step / 2, lrs[-1] + step / 2, -0.5, len(values) - 0.5)
+            image = ax.imshow(np.ma.masked_invalid(z), origin="lower", aspect="auto", extent=extent, cmap=cmap,
+                              vmin=lo, vmax=hi, interpolation="nearest")
+            ax.plot(path_x, path_y, color="white", linewidth=0.8, marker="o", markersize=2, gid="path")
+            b, v = g.best_log2_lr[i], joint.best_value[i]
+            if b is not None and v is not None:
+                ax.scatter([b], [row[v]], marker="*", s=70, color="red", edgecolor="black", linewidth=0.5, zorder=6,
+                           gid="optimum")
+            ax.grid(False)
+            ax.set_yticks(range(len(values)), [f"{v:g}" for v in values])
+            ax.set_title(f"{g.axis} {scale}")
+            ax.set_xlabel("log$_2$ learning rate")
+        axes[0].set_ylabel(joint.key)
+        fig.colorbar(image, ax=axes, label=LABELS.get(metric, metric), shrink=0.9)
+        drift = "n/a" if joint.value_drift is None else f"{joint.value_drift:+.2g}"
+        unit = "octaves" if joint.value_coordinate == "log2" else "(its units)"
+        fig.suptitle(f"{description([g])}\n{LABELS.get(metric, metric)} over (LR, {joint.key}); star: joint optimum; "
+                     f"line: its path across {g.axis}\nLR {drift_words(g)}; {joint.key} drift {drift} "
+                     f"{unit} per doubling")
+        fit_titles(fig)
+    return fig
+
+
 def running_mean(y: np.ndarray, window: int) -> np.ndarray:
     """Centred running mean; the window shrinks at the ends instead of padding."""
     half = window // 2
@@ -343,6 +392,9 @@ def family_figures(family: list[Group], metric: str = "train_loss", curves_lr: f
     yield f"{stem}-transfer-{metric}", transfer_figure(family, metric)
     if all(g.runs is not None for g in family):
         yield f"{stem}-curves", curves_figure(family, curves_lr)
+    grids = [g for g in family if g.joint is not None]
+    for i, g in enumerate(grids):
+        yield f"{stem}-joint{'' if len(grids) == 1 else f'-{i + 1}'}-{metric}", joint_figure(g, metric)
 
 
 def figures(groups: list[Group], metric: str = "train_loss", curves_lr: float | None = None) -> Iterator[tuple[str, object]]:

@@ -5,6 +5,9 @@ job with that key set to its value computes."""
 from __future__ import annotations
 
 import json
+import math
+
+import numpy as np
 
 import pytest
 import torch
@@ -141,3 +144,80 @@ def test_the_plan_counts_every_run_of_the_grid(cli, tmp_path):
     assert code == 0, err
     # K = 5 LRs x 3 values x 2 seeds = 30 runs of 12 steps
     assert "360 run-steps" in out and "K=30" in out
+
+
+# ----------------------------------------------------------------------------- the analysis
+
+
+def grid_record(root, width, *, lr_opt, wd_opt, values=(0.0, 0.001, 0.01, 0.1), seed=0, name="g"):
+    """A record whose loss is a bowl in (log2 LR, log10 weight decay) with its minimum at (lr_opt, wd_opt)."""
+    from lrtransfer.store import write_record
+
+    runs = []
+    for v in values:
+        for log2 in range(-12, -3):
+            loss = 1.0 + 0.05 * (log2 - lr_opt) ** 2 + 0.1 * (math.log10(v if v > 0 else 1e-4) - math.log10(wd_opt)) ** 2
+            runs.append({"lr": 2.0**log2, "log2_lr": float(log2), "seed": seed, "final_loss": loss, "eval_loss": loss,
+                         "diverged": False, "diverged_step": None, "initial_loss": 2.3, "history_step": [0, 9],
+                         "history_loss": [2.3, loss], "grid": {"optim.weight_decay": v}})
+    config = {"name": name, "results_dir": str(root), "width": width, "depth": 3, "seed": seed, "n_seeds": 1,
+              "model": {"name": "mlp"}, "param": {"name": "standard"}, "optim": {"name": "adam", "weight_decay": 0.0},
+              "data": {"name": "teacher"}, "lr": {"log2_min": -12, "log2_max": -4, "log2_step": 1},
+              "grid": {"optim": {"weight_decay": list(values)}, "param": {"output_mult": None}},
+              "train": {"steps": 10}, "engine": {"device": "cpu"}}
+    jid = f"{name}-{width}-{seed}"
+    write_record(root / name / jid, {"job_id": jid, "status": "complete", "config": config, "runs": runs})
+
+
+def test_the_joint_optimum_of_each_scale_and_the_drift_of_each_coordinate(tmp_path):
+    from lrtransfer import analysis
+
+    # the LR optimum halves per doubling; the best weight decay moves one grid value up per doubling
+    for i, (w, wd) in enumerate(zip((64, 128, 256), (0.001, 0.01, 0.1))):
+        grid_record(tmp_path, w, lr_opt=-6.3 - i, wd_opt=wd)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.joint.key == "optim.weight_decay" and g.joint.values == [0.0, 0.001, 0.01, 0.1]
+    assert g.joint.best_value == [0.001, 0.01, 0.1]
+    assert g.best_log2_lr == pytest.approx([-6.3, -7.3, -8.3], abs=1e-9)  # the parabola at the best value
+    assert g.drift == pytest.approx(-1.0, abs=1e-9)
+    assert g.joint.value_coordinate == "linear"  # the grid holds 0: no log2
+    assert g.joint.value_drift == pytest.approx(np.polyfit(np.log2([64, 128, 256]), [0.001, 0.01, 0.1], 1)[0])
+    assert g.joint.best_value_where == ["interior", "interior", "grid edge (high)"]
+    assert any("highest of its grid (0.1)" in w for w in g.warnings)
+    assert set(g.curves["scale"]) == {64, 128, 256} and len(g.curves) == 3 * 9  # the LR curves at the best value
+    doc = analysis.summarize(tmp_path)
+    assert doc["groups"][0]["joint"]["best_value"] == [0.001, 0.01, 0.1]
+
+
+def test_a_grid_of_positive_values_drifts_in_octaves(tmp_path):
+    from lrtransfer import analysis
+
+    for i, w in enumerate((64, 128, 256, 512)):
+        grid_record(tmp_path, w, lr_opt=-7.5, wd_opt=0.01, values=(0.0025, 0.005, 0.01, 0.02, 0.04))
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.joint.value_coordinate == "log2" and g.joint.best_value == [0.01] * 4
+    assert g.joint.value_drift == pytest.approx(0.0, abs=1e-12) and g.drift == pytest.approx(0.0, abs=1e-9)
+    assert g.joint.value_drift_ci == pytest.approx([0.0, 0.0], abs=1e-9)
+
+
+def test_plain_and_grid_jobs_form_separate_groups_and_plain_ones_are_analysed_as_before(tmp_path):
+    from lrtransfer import analysis
+    from tests.test_analysis import study
+
+    study(tmp_path / "r", slope=-1.0, seeds=1, name="g")
+    before = analysis.summarize(tmp_path / "r")
+    for i, w in enumerate((64, 128)):
+        grid_record(tmp_path / "r", w, lr_opt=-7, wd_opt=0.01)
+    after = analysis.summarize(tmp_path / "r")
+    plain = [g for g in after["groups"] if "joint" not in g]
+    assert plain == before["groups"] and len(after["groups"]) == 2
+
+
+def test_the_joint_figure(tmp_path):
+    from lrtransfer import analysis, plots
+
+    for i, w in enumerate((64, 128, 256)):
+        grid_record(tmp_path, w, lr_opt=-6 - i, wd_opt=0.01)
+    paths = plots.save_figures(analysis.groups(analysis.load_runs(tmp_path)), tmp_path / "fig")
+    joint = [p for p in paths if "-joint-" in p.name]
+    assert len(joint) == 1 and joint[0].stat().st_size > 10_000

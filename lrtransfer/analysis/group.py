@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 
 from lrtransfer.analysis.grouping import partition
+from lrtransfer.analysis.joint import Joint, best_values
+from lrtransfer.analysis.joint import warnings_of as joint_warnings
 from lrtransfer.analysis.records import maximizes, plain
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
@@ -64,6 +66,7 @@ class Group:
     warnings: list[str] = field(default_factory=list)
     fit: Fit | None = field(default=None, repr=False)
     runs: pd.DataFrame | None = field(default=None, repr=False)
+    joint: Joint | None = None  # a second inner axis (`grid.<key>`): each scale's best value; the LR fields are at it
 
     @property
     def label(self) -> str:
@@ -82,8 +85,22 @@ class ScaleOptima:
 
 
 def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Group]:
-    """Every group of `df`, analysed. Deterministic: resampling uses a fixed `seed`."""
-    return [analyse(sub, axis, fixed, metric, np.random.default_rng(seed), n_resamples) for axis, fixed, sub in partition(df)]
+    """Every group of `df`, analysed. Deterministic: resampling uses a fixed `seed`.
+
+    A group with a second inner axis (`grid.<key>`) is analysed along the LR at each
+    scale's best value, and its `joint` holds the value axis (`joint.best_values`)."""
+    out = []
+    for axis, fixed, sub in partition(df):
+        rng = np.random.default_rng(seed)
+        if "grid_key" in sub and sub["grid_key"].notna().any():
+            joint, at_best = best_values(sub, axis, metric)
+            g = analyse(at_best, axis, fixed, metric, rng, n_resamples)
+            g.joint = joint
+            g.warnings = joint_warnings(joint, axis, g.scales) + g.warnings
+        else:
+            g = analyse(sub, axis, fixed, metric, rng, n_resamples)
+        out.append(g)
+    return out
 
 
 def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.random.Generator, n_resamples: int) -> Group:

@@ -3,7 +3,8 @@
 A record is a job (one config at every LR of its grid); a run is one LR and one
 seed of it. Each run becomes a row: the job's config as dotted columns
 (`param.name`, `train.steps`, ...) and the run's own numbers (`RUN_COLUMNS`).
-A config key that a job's option lacks (`param.base_width` of an SP job) is a
+A job with a second inner axis (`grid.<key>`) adds the key's name (`grid_key`) and
+each run's value (`grid_value`). A config key that a job's option lacks (`param.base_width` of an SP job) is a
 missing value (NaN) in that job's rows, told apart from a key set to null (None).
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lrtransfer.config import inner_grid
 from lrtransfer.errors import UserError
 from lrtransfer.store import iter_records
 
@@ -33,6 +35,7 @@ RUN_COLUMNS = (
     "eval_acc",
     "diverged",
     "diverged_step",
+    "grid_value",  # the run's own value of the job's `grid.<key>` (named by the config column `grid_key`)
 )
 HISTORY_COLUMNS = ("history_step", "history_loss")
 
@@ -88,7 +91,7 @@ def scan(root: str | Path) -> Scan:
     # that some parameterizations lack stays an integer, not a float beside NaNs
     df = pd.DataFrame(rows, dtype=object)
     if not df.empty:
-        for m in ("run_seed", "lr", "log2_lr", "initial_loss", *METRICS, *SCALE_AXES):
+        for m in ("run_seed", "lr", "log2_lr", "initial_loss", "grid_value", *METRICS, *SCALE_AXES):
             if m in df.columns:
                 df[m] = pd.to_numeric(df[m], errors="coerce")
         df["diverged"] = df["diverged"].astype(bool)
@@ -103,11 +106,21 @@ def _rows(rec: dict) -> list[dict]:
         v = flat.get(axis)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"config.{axis}={v!r} is not a positive number")
+    # A second inner axis (`grid.<key>`): its key is a config column (`grid_key`, so that such
+    # a job never joins the groups of plain ones), each run's value a run column
+    # (`grid_value`), and the key's own column is empty (NaN): no one value holds for the job.
+    for k in [k for k in flat if k == "grid" or k.startswith("grid.")]:
+        del flat[k]
+    found = inner_grid(rec["config"])
+    if found is not None:
+        flat["grid_key"], flat[found[0]] = found[0], math.nan
     out = []
     for run in rec["runs"]:
+        extra = {} if found is None else {"grid_value": float(run["grid"][found[0]])}
         out.append(
             {
                 **flat,
+                **extra,
                 "job_id": rec.get("job_id"),
                 "run_seed": run["seed"],
                 "lr": run["lr"],

@@ -11,6 +11,7 @@ import pandas as pd
 
 from lrtransfer.analysis.group import Group, groups
 from lrtransfer.analysis.grouping import partition, telling_keys
+from lrtransfer.analysis.joint import joint_dict
 from lrtransfer.analysis.records import load_runs, plain
 from lrtransfer.analysis.statistics import CONFIDENCE, TOLERANCE
 
@@ -18,8 +19,12 @@ _NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures
 
 
 def group_dict(g: Group) -> dict:
-    """A group's numbers as JSON-ready values, in the field order of `Group`."""
-    return {k: plain(getattr(g, k)) for k in g.__dataclass_fields__ if k not in _NOT_JSON}
+    """A group's numbers as JSON-ready values, in the field order of `Group`; `joint` only
+    for a group with a second inner axis (its LR fields are then at each scale's best value)."""
+    out = {k: plain(getattr(g, k)) for k in g.__dataclass_fields__ if k not in (*_NOT_JSON, "joint")}
+    if g.joint is not None:
+        out["joint"] = joint_dict(g.joint)
+    return out
 
 
 def summary_doc(gs: list[Group], metric: str) -> dict:
