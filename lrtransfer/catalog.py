@@ -55,6 +55,13 @@ def defaults() -> tuple[dict[str, str], dict]:
     return {k: str(v) for k, v in chosen.items()}, with_hydra
 
 
+def grid_keys() -> list[str]:
+    """The keys a second inner axis may take (`grid.<key>`): those some option declares PER_RUN."""
+    from lrtransfer.config import flat_grid, grid_schema
+
+    return list(flat_grid(grid_schema()()))
+
+
 def help_text() -> str:
     """`lrtransfer sweep -h`: the groups a user picks from, the top-level keys, where to see the rest."""
     chosen, cfg = defaults()
@@ -67,6 +74,7 @@ def help_text() -> str:
     sections = [f"{k}.*" for k, v in cfg.items() if isinstance(v, dict)]
     lines += ["", "Keys (key=value; width=64,256,1024 or seed=range(3) sweeps):", "  " + "  ".join(scalars),
               "  " + "  ".join(sections),
+              f"  grid.KEY=[0,1e-3,1e-2]: every LR at each value, in one job; KEY: {', '.join(grid_keys())}",
               "", "lrtransfer sweep --cfg job [OVERRIDES]   the composed config of the (first) job, every key",
               "lrtransfer sweep --plan [OVERRIDES]      the jobs a sweep would run, done or not, and their cost",
               "lrtransfer sweep --help                  the command's options"]

@@ -203,7 +203,7 @@ def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
     (not null) count.
     """
     node = cfg.get("grid") if isinstance(cfg, dict) else cfg.grid
-    found = [(k, v) for k, v in _flat(node).items() if v is not None]
+    found = [(k, v) for k, v in flat_grid(node).items() if v is not None]
     if not found:
         return None
     if len(found) > 1:
@@ -211,7 +211,7 @@ def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
     return found[0]
 
 
-def _flat(node, prefix: str = "") -> dict:
+def flat_grid(node, prefix: str = "") -> dict:
     """A nested grid node (a dataclass, a mapping, a DictConfig) as {"group.key": value}."""
     if node is None:
         return {}
@@ -223,7 +223,7 @@ def _flat(node, prefix: str = "") -> dict:
         return {prefix.rstrip("."): node}
     out = {}
     for k, v in node.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) or hasattr(v, "__dataclass_fields__") else {f"{prefix}{k}": v})
+        out.update(flat_grid(v, f"{prefix}{k}.") if isinstance(v, dict) or hasattr(v, "__dataclass_fields__") else {f"{prefix}{k}": v})
     return out
 
 
@@ -293,8 +293,8 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
     if schema is Config:
         for group in GROUPS:
             _check_group_shape(cfg, group)
-        known_grid = list(_flat(grid_schema()()))
-        for key in _flat(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
+        known_grid = list(flat_grid(grid_schema()()))
+        for key in flat_grid(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
             if key not in known_grid:
                 raise ConfigError(f"unknown key 'grid.{key}'{choices(['grid.' + k for k in known_grid], 'grid.' + key)}")
         for key, node in cfg.items():
@@ -403,7 +403,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", "engine")}
-    grid = {k: v for k, v in _flat(out.pop("grid", None)).items() if v is not None}
+    grid = {k: v for k, v in flat_grid(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid
     for group in GROUPS:

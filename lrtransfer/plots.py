@@ -343,10 +343,9 @@ def joint_figure(g: Group, metric: str = "train_loss"):
         axes[0].set_ylabel(joint.key)
         fig.colorbar(image, ax=axes, label=LABELS.get(metric, metric), shrink=0.9)
         drift = "n/a" if joint.value_drift is None else f"{joint.value_drift:+.2g}"
-        unit = "octaves" if joint.value_coordinate == "log2" else "(its units)"
+        unit = "octaves per doubling" if joint.value_coordinate == "log2" else "per doubling (its units; the grid holds 0)"
         fig.suptitle(f"{description([g])}\n{LABELS.get(metric, metric)} over (LR, {joint.key}); star: joint optimum; "
-                     f"line: its path across {g.axis}\nLR {drift_words(g)}; {joint.key} drift {drift} "
-                     f"{unit} per doubling")
+                     f"line: its path across {g.axis}\nLR {drift_words(g)}; {joint.key} drift {drift} {unit}")
         fit_titles(fig)
     return fig
 

@@ -85,6 +85,25 @@ def group_table(g: Group) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def joint_table(g: Group) -> str:
+    """A group with a second inner axis: each scale's joint optimum, each value's best, the value's drift."""
+    j, metric = g.joint, LABELS.get(g.metric, g.metric)
+    head = (f"<tr><th>{_e(g.axis)}</th><th>best {_e(j.key)}</th><th>best log<sub>2</sub> LR</th>"
+            f"<th>best {_e(metric)}</th>" + "".join(f"<th>at {_e(format(v, 'g'))}</th>" for v in j.values) + "</tr>")
+    rows = []
+    for i, s in enumerate(g.scales):
+        v, where = j.best_value[i], j.best_value_where[i]
+        best = "&ndash;" if v is None else _e(format(v, "g")) + ("" if where == "interior" else f" ({_e(where)})")
+        rows.append(f"<tr><td>{s}</td><td>{best}</td><td>{_f(g.best_log2_lr[i], '+.2f')}</td>"
+                    f"<td>{_f(g.best_loss[i], '.4f')}</td>"
+                    + "".join(f"<td>{_f(x, '.4f')}</td>" for x in j.best_loss_by_value[i]) + "</tr>")
+    unit = "octaves" if j.value_coordinate == "log2" else "its units (the grid holds 0)"
+    drift = (f"<p><span class='muted'>joint optimum over (LR, {_e(j.key)}); the table above is at each "
+             f"{_e(g.axis)}'s best value. {_e(j.key)} drift: {_f(j.value_drift, '+.3g')} {_interval(j.value_drift_ci)} "
+             f"{unit} per doubling of {_e(g.axis)}</span></p>")
+    return f"{drift}<table>{head}{''.join(rows)}</table>"
+
+
 def _interval(ci) -> str:
     return "&ndash;" if ci is None else f"[{_f(ci[0], '+.2f')}, {_f(ci[1], '+.2f')}]"
 
@@ -142,6 +161,8 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
             for w in g.warnings:
                 parts.append(f"<p class='warn'>&#9888; {_e(w)}</p>")
             parts.append(group_table(g))
+            if g.joint is not None:
+                parts.append(joint_table(g))
         for stem, png in figs:
             data = base64.b64encode(png).decode("ascii")
             width = f"{100 * _png_width(png) * scale:.2f}%"

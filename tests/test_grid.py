@@ -221,3 +221,15 @@ def test_the_joint_figure(tmp_path):
     paths = plots.save_figures(analysis.groups(analysis.load_runs(tmp_path)), tmp_path / "fig")
     joint = [p for p in paths if "-joint-" in p.name]
     assert len(joint) == 1 and joint[0].stat().st_size > 10_000
+
+
+def test_summary_and_report_show_the_joint_optimum(cli, tmp_path):
+    for i, w in enumerate((64, 128, 256)):
+        grid_record(tmp_path, w, lr_opt=-6 - i, wd_opt=0.01)
+    code, out, err = cli("summary", str(tmp_path))
+    assert code == 0, err
+    assert "joint optimum over (LR, optim.weight_decay)" in out and "optim.weight_decay drift" in out
+    code, out, err = cli("report", str(tmp_path))
+    assert code == 0, err
+    html = (tmp_path / "report.html").read_text()
+    assert "joint optimum over (LR, optim.weight_decay)" in html and "-joint-" in html

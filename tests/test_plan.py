@@ -51,7 +51,8 @@ def test_sweep_h_lists_the_users_groups_not_the_internal_ones(cli):
     code, out, _ = cli("sweep", "-h")
     assert code == 0
     assert "powered by Hydra" not in out
-    assert "schema" not in out and "grid" not in out
+    assert "schema" not in out and "grid:" not in out  # the LR grid is `lr.*`; `grid.*` is the second inner axis
+    assert "grid.*" in out
     groups = dict(re.findall(r"^  (\S+)\s+(.+)$", out, flags=re.M))
     assert "[mlp]" in groups["model"] and "resnet" in groups["model"] and "[adam]" in groups["optim"]
     assert "parallel" in groups["hydra/launcher"] and "depth" in groups["study"]

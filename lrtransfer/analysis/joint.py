@@ -28,9 +28,8 @@ import numpy as np
 import pandas as pd
 
 from lrtransfer.analysis.records import maximizes, plain
-from lrtransfer.analysis.statistics import curves, drift_fit, subgrid_optima
-
-EDGE_LOW, EDGE_HIGH, INSIDE, NONE = "grid edge (low)", "grid edge (high)", "interior", "all diverged"
+from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, NONE, curves, drift_fit, subgrid_optima
+from lrtransfer.analysis.statistics import INTERIOR as INSIDE
 
 
 @dataclass

@@ -9,7 +9,9 @@ way lets one optimizer serve every parameterization.
 
 `conf/optim/<name>.yaml` is implemented by `lrtransfer/optim/<name>.py`, which
 defines its options (`OPTIONS`, a dataclass declaring as ClassVars the kind of update
-it makes, `UPDATE`, and its LR grid, `LR_GRID`) and a class
+it makes, `UPDATE`, its LR grid, `LR_GRID`, and the numeric keys that may differ
+between a job's runs, `PER_RUN`: `grid.optim.<key>=[...]` hands such a key to the
+code as a (K,) tensor instead of a float) and a class
 `Optimizer(options, tensors)` with `directions(grads)` and a `state` list of tensors
 (what a checkpoint saves). The returned directions are
 scratch tensors: the caller may scale them in place, and they are overwritten by
