@@ -211,6 +211,8 @@ def test_plain_and_grid_jobs_form_separate_groups_and_plain_ones_are_analysed_as
     after = analysis.summarize(tmp_path / "r")
     plain = [g for g in after["groups"] if "joint" not in g]
     assert plain == before["groups"] and len(after["groups"]) == 2
+    gridded = [g for g in after["groups"] if "joint" in g]
+    assert gridded[0]["fixed"]["grid"] == "optim.weight_decay"  # what tells it from the plain group
 
 
 def test_the_joint_figure(tmp_path):
