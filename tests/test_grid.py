@@ -235,3 +235,29 @@ def test_summary_and_report_show_the_joint_optimum(cli, tmp_path):
     assert code == 0, err
     html = (tmp_path / "report.html").read_text()
     assert "joint optimum over (LR, optim.weight_decay)" in html and "-joint-" in html
+
+
+def test_a_grid_job_resumes_from_its_checkpoint_file(tmp_path, monkeypatch):
+    """The runs' values survive the checkpoint file (torch.save, weights_only load): a job
+    stopped half-way resumes to the very numbers of an uninterrupted one."""
+    from lrtransfer import stop
+    from lrtransfer.checkpoint import FileCheckpoint
+
+    built = build.job(typed(*SMALL, "train.steps=40"))
+    runs = grid_runs(*WD)
+    whole = engine.train(built, runs)
+    ck = FileCheckpoint(tmp_path / "checkpoint.pt", 1e-9)  # due at every check
+    seen = []
+
+    def stop_half_way(n):
+        seen.append(n)
+        if sum(seen) >= 20 * len(runs):
+            stop.request()
+
+    monkeypatch.setattr(stop, "_requested", False)
+    with pytest.raises(engine.Interrupted):
+        engine.train(built, runs, progress=stop_half_way, checkpoint=ck)
+    monkeypatch.setattr(stop, "_requested", False)
+    assert ck.load()["chunks"][0][0] == (-9, 0, "optim.weight_decay", 0.0)
+    resumed = engine.train(built, runs, checkpoint=ck)
+    assert [vars(r) for r in resumed] == [vars(r) for r in whole]
