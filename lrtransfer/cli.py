@@ -110,7 +110,8 @@ def summary(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
 ) -> None:
-    """Each scale's best LR, the drift of the optimum (octaves per doubling) with its 95% interval, a verdict."""
+    """Each scale's best LR, the drift of the optimum (octaves per doubling) with its 95% interval, a verdict;
+    with a grid.<key> axis, each scale's joint optimum (LR, value) and the value's drift."""
     from lrtransfer import analysis
 
     _check_metric(metric)
