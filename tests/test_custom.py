@@ -185,3 +185,8 @@ def test_inspect_shows_roles_and_warns_of_attention_under_mup(models, cli):
     assert "output (readout)" in out
     code, out, err = cli("inspect", "model=custom", f"model.target={models}:Attn", "param=standard")
     assert code == 0 and "attention scale" not in out + err
+
+
+def test_kwargs_reach_the_target():
+    _, net = model_of("model=custom", f"model.target={EXAMPLE}:LayerNormMLP", "model.kwargs={dropout: 0.25}", "depth=4")
+    assert [m.p for m in net.net.modules() if isinstance(m, torch.nn.Dropout)] == [0.25, 0.25]

@@ -36,7 +36,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -61,7 +61,10 @@ class CustomOptions:
 
     name: str = "custom"
     target: str = ""  # path/to/file.py:NAME or package.module:NAME
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the target as keyword arguments
+    # A mapping passed to the target as keyword arguments. None and typed Any, so that the
+    # override model.kwargs='{dropout: 0.1}' replaces it: Hydra merges into a {} (or a typed
+    # None dict) in struct mode and refuses its new keys.
+    kwargs: Any = None
     readout: str = ""  # the output weight's parameter name, when the inferred one is wrong
     # The target file's content hash (the conf file fills it in: `${lrt_source:...}`), so
     # that a job's identity changes when the model's code does.
@@ -71,7 +74,9 @@ class CustomOptions:
         module, sep, name = self.target.rpartition(":")
         if not (sep and module and name.isidentifier()):
             raise ConfigError(f"model.target={self.target!r} must be path/to/file.py:NAME or package.module:NAME")
-        overlap = sorted(set(self.kwargs) & set(ARGUMENTS))
+        if not isinstance(self.kwargs, (dict, type(None))):
+            raise ConfigError(f"model.kwargs must be a mapping such as '{{dropout: 0.1}}', got {self.kwargs!r}")
+        overlap = sorted(set(self.kwargs or {}) & set(ARGUMENTS))
         if overlap:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "
                               f"set it with the config key instead ({', '.join(ARGUMENTS)})")
@@ -157,7 +162,7 @@ def construct(fn: Callable, options: CustomOptions, **given) -> nn.Module:
     args = {k: v for k, v in given.items() if takes_all or k in params}
     shown = " ".join(f"{k}={v}" for k, v in given.items() if k in ("width", "depth"))
     try:
-        module = fn(**args, **dict(options.kwargs))
+        module = fn(**args, **dict(options.kwargs or {}))
     except Exception as e:
         raise ConfigError(f"model.target={options.target} raised when built ({shown}): {_one_line(e)}") from None
     if not isinstance(module, nn.Module):
