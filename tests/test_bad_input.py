@@ -91,7 +91,7 @@ CATALOGUE = [
     ("empty range", ["width=range(0)"], "'width=range(0)' gives no values, so the sweep has no jobs"),
     ("zero parallel jobs", ["hydra/launcher=parallel", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 runs nothing"),
     ("group YAML of the wrong shape", ["--config-dir", "{yaml_dir}", "model=listed"],
-     "model: expected a mapping with name: one of cnn, cnn1d, mlp, resnet"),
+     "model: expected a mapping with name: one of cnn, cnn1d, custom, mlp, resnet"),
     ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
      "model=mlp: its YAML file must start with 'defaults: [/schema/model/mlp@_here_, _self_]'"),
     # model=custom (issue 17): the target, what it returns, what it computes
@@ -122,6 +122,8 @@ CATALOGUE = [
      "model.kwargs sets width, which lrtransfer passes itself"),
     ("custom kwargs not a mapping", ["model=custom", "model.target={models}:build", "model.kwargs=3"],
      "model.kwargs must be a mapping such as '{{dropout: 0.1}}', got 3"),
+    ("depth-muP on a custom model", ["model=custom", "model.target={models}:build", "param=mup", "param.depth_exponent=0.5"],
+     "param.depth_exponent=0.5 multiplies the residual branches a built-in model makes; model=custom's branches are inside your module"),
     ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
      "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
      "parameterizations that work: equalized, mup, standard"),

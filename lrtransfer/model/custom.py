@@ -81,6 +81,13 @@ class CustomOptions:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "
                               f"set it with the config key instead ({', '.join(ARGUMENTS)})")
 
+    def check_with(self, cfg) -> None:
+        exponent = getattr(cfg.param, "depth_exponent", 0.0)
+        if exponent:
+            raise ConfigError(f"param.depth_exponent={exponent:g} multiplies the residual branches a built-in model "
+                              "makes; model=custom's branches are inside your module: multiply them there, "
+                              "and leave param.depth_exponent=0")
+
 
 OPTIONS = CustomOptions
 
