@@ -32,7 +32,6 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import logging
 import math
 import sys
 from collections.abc import Callable
@@ -48,7 +47,6 @@ from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom, 
 from lrtransfer.schema import IMAGE, SIGNAL, TOKENS, VECTOR as VECTOR_INPUTS
 from lrtransfer.schema import ConfigError
 
-log = logging.getLogger(__name__)
 
 ARGUMENTS = ("width", "depth", "input_shape", "output_dim")  # what the target may ask for by name
 
