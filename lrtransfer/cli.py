@@ -276,6 +276,8 @@ def inspect(
     for doc in docs:
         typer.echo(f"== {inspection.describe(doc)}")
         typer.echo(inspection.table(doc) + "\n")
+        for note in doc.get("notes", []):
+            typer.echo(note)
     if len(docs) > 1:
         typer.echo("== ratios to the first width")
         typer.echo(inspection.ratio_table(docs))

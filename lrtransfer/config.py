@@ -355,6 +355,7 @@ def validate(cfg: DictConfig | Config) -> Config:
             node.check_with(cfg)
     _check_model_reads_data(cfg)
     _check_inner_grid(cfg)
+    _check_param_has_tree(cfg)
     return cfg
 
 
@@ -370,6 +371,18 @@ def _check_model_reads_data(cfg: Config) -> None:
     raise ConfigError(
         f"model={cfg.model.name} cannot read data={cfg.data.name}, which gives {INPUT_KINDS[kind]}; "
         f"models that can: {', '.join(able) if able else 'none yet'}"
+    )
+
+
+def _check_param_has_tree(cfg: Config) -> None:
+    """A parameterization that walks the module tree (its options' NEEDS_MODULE_TREE) needs a
+    model that has one (its options' MODULE_TREE, true unless said otherwise)."""
+    if not getattr(cfg.param, "NEEDS_MODULE_TREE", False) or getattr(cfg.model, "MODULE_TREE", True):
+        return
+    able = [name for name, schema in options.of("param").items() if not getattr(schema, "NEEDS_MODULE_TREE", False)]
+    raise ConfigError(
+        f"param={cfg.param.name} needs the model's tree of modules (masses, sensitivities), which "
+        f"model={cfg.model.name} does not have; parameterizations that work: {', '.join(able)}"
     )
 
 

@@ -26,15 +26,24 @@ def config_dict(cfg: Config) -> dict:
     return semantic(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True))
 
 
-def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
-    """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
+def _built(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int):
     from lrtransfer import build
 
     param = build.parameterization(cfg)
     model = build.model(cfg, param, runs=1, input_shape=input_shape, output_dim=output_dim)
     with torch.no_grad():
         param.initialize(model, [seed])
+    return param, model
+
+
+def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
+    """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
+    return _rows(cfg, *_built(cfg, input_shape, output_dim, seed))
+
+
+def _rows(cfg: Config, param, model) -> list[dict]:
     names = {id(p): n for n, p in model.named_parameters()}
+    names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
     shares = getattr(param, "share", None) if cfg.param.name == "modular" else None
     rows = []
     for slot in param.slots(model):
@@ -42,7 +51,8 @@ def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: in
         rows.append({
             "name": names[id(slot.tensor)],
             "shape": list(t.shape),
-            "role": atom.role if slot.name == "weight" else VECTOR,
+            "role": (atom.role if slot.name in ("weight", "tensor") else VECTOR)
+            + (" (readout)" if atom.tag == "readout" and slot.name == "weight" else ""),
             "init_std": float(t.double().std()) if t.numel() > 1 else 0.0,
             "forward_mult": float(atom.weight_mult if slot.name == "weight" else
                                   atom.bias_mult if slot.name == "bias" else 1.0),
@@ -61,7 +71,10 @@ def inspect(cfg: Config) -> dict:
 
     ensure_files(cfg.data)
     task = build.task(cfg, torch.device("cpu"), torch.float32)
-    return {"config": config_dict(cfg), "tensors": tensors(cfg, tuple(task.input_shape), task.output_dim)}
+    param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
+    doc = {"config": config_dict(cfg), "tensors": _rows(cfg, param, model)}
+    notes = model.notes(param) if hasattr(model, "notes") else []  # what the rules cannot reach (model=custom)
+    return {**doc, "notes": notes} if notes else doc
 
 
 # ---------------------------------------------------------------- tables

@@ -14,6 +14,11 @@ GFLOP/s counts 6 x parameters x batch per run-step (forward + backward).
     python scripts/bench_engine.py --widths 64,256 --steps 50 --skip-processes
     python scripts/bench_engine.py --profile 512      # where a steady-state step's time goes
     python scripts/bench_engine.py --compile 64       # the step with the model under torch.compile
+    python scripts/bench_engine.py --custom --widths 64 --skip-processes  # the same MLP as model=custom
+
+`--custom` trains the same MLP given as a user's module (`model=custom`,
+examples/mynets.py:build): one run at a time is a plain functional_call per step, the
+batched path functional_call under torch.func.vmap over the runs.
 
 Timings on a shared or throttled machine vary by +-20%: run it on a quiet machine.
 """
@@ -35,6 +40,8 @@ from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
 from lrtransfer import build, engine  # noqa: E402
 from lrtransfer.job import runs_of  # noqa: E402
+
+CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
 
 
 def params_of(cfg, input_dim: int, classes: int) -> int:
@@ -133,6 +140,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--skip-processes", action="store_true", help="skip (a), the slowest to measure")
     ap.add_argument("--results", default="/tmp/lrtransfer-bench")
+    ap.add_argument("--custom", action="store_true", help="the MLP as a user's nn.Module (model=custom)")
     ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
     ap.add_argument("--compile", type=int, metavar="WIDTH", help="time a step eager and under torch.compile instead")
     args = ap.parse_args()
@@ -143,14 +151,15 @@ def main() -> None:
         compiled(args.compile, args.depth, args.batch)
         return
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps}, batch {args.batch}, depth {args.depth}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps}, batch {args.batch}, "
+          f"depth {args.depth}, model {'custom (examples/mynets.py:build)' if args.custom else 'mlp'}")
     header = (f"{'width':>6} {'K':>3} {'(a) proc/run':>12} {'(b) seq':>9} {'(c) batched':>11} "
               f"{'c/a':>6} {'c/b':>6} {'GFLOP/s b':>9} {'GFLOP/s c':>9} {'mm GFLOP/s':>10} {'c/mm':>6}")
     print("run-steps/s per mode; GFLOP/s = 6 x params x batch x run-steps/s")
     print(header)
     for width in [int(w) for w in args.widths.split(",")]:
         over = [f"width={width}", f"depth={args.depth}", f"train.steps={args.steps}", f"train.batch_size={args.batch}",
-                "engine.device=cpu", "engine.progress=false"]
+                "engine.device=cpu", "engine.progress=false", *(CUSTOM if args.custom else [])]
         cfg = typed(*over)
         runs = runs_of(cfg)
         K, steps = len(runs), args.steps

@@ -17,7 +17,7 @@ NO_CUDA = not torch.cuda.is_available()
 
 # (case, sweep arguments, the fragment the one-line error must contain)
 CATALOGUE = [
-    ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, cnn1d, mlp, resnet, resnet_cnn, transformer"),
+    ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, cnn1d, custom, mlp, resnet, resnet_cnn, transformer"),
     ("misspelt group option", ["optim=adamw"], "unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, sgd"),
     ("unknown key", ["widht=64"], "unknown key 'widht' (did you mean 'width'?)"),
     ("unknown nested key", ["train.stpes=3"], "unknown key 'train.stpes' in 'train' (did you mean 'steps'?)"),
@@ -45,7 +45,7 @@ CATALOGUE = [
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
      "model.kernel_size must be a positive odd number (same-size padding), got 4"),
     ("1-D conv net on vectors", ["model=cnn1d"],
-     "model=cnn1d cannot read data=teacher, which gives feature vectors; models that can: mlp, resnet"),
+     "model=cnn1d cannot read data=teacher, which gives feature vectors; models that can: custom, mlp, resnet"),
     ("even 1-D conv kernel", ["model=cnn1d", "data=mnist1d", "model.kernel_size=4"],
      "model.kernel_size must be a positive odd number (same-size padding), got 4"),
     ("no MNIST-1D signals", ["data=mnist1d", "data.num_samples=0"], "data.num_samples must be >= 10 (one signal per class at least), got 0"),
@@ -91,7 +91,7 @@ CATALOGUE = [
     ("empty range", ["width=range(0)"], "'width=range(0)' gives no values, so the sweep has no jobs"),
     ("zero parallel jobs", ["hydra/launcher=parallel", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 runs nothing"),
     ("group YAML of the wrong shape", ["--config-dir", "{yaml_dir}", "model=listed"],
-     "model: expected a mapping with name: one of cnn, cnn1d, mlp, resnet"),
+     "model: expected a mapping with name: one of cnn, cnn1d, custom, mlp, resnet"),
     ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
      "model=mlp: its YAML file must start with 'defaults: [/schema/model/mlp@_here_, _self_]'"),
     # a second inner axis beside the LR (grid.<key>=[...])
@@ -111,6 +111,39 @@ CATALOGUE = [
      "grid takes one key (one more axis beside the LR), got grid.param.output_mult, grid.optim.weight_decay"),
     ("grid of too many runs", ["grid.optim.weight_decay=[0,1]", "n_seeds=1001"],
      "grid.optim.weight_decay has 2 values x 5 learning rates x n_seeds=1001 = 10010 runs in a job; at most 10000"),
+    # model=custom (issue 17): the target, what it returns, what it computes
+    ("custom model without a target", ["model=custom"],
+     "model.target='' must be path/to/file.py:NAME or package.module:NAME"),
+    ("custom target file missing", ["model=custom", "model.target={tmp}/nope.py:build"], "model.target={tmp}/nope.py:build: no file {tmp}/nope.py"),
+    ("custom target does not import", ["model=custom", "model.target={broken}:build"],
+     "model.target={broken}:build does not import: SyntaxError"),
+    ("custom module does not import", ["model=custom", "model.target=no_such_pkg.nets:build"],
+     "model.target=no_such_pkg.nets:build does not import: ModuleNotFoundError: No module named 'no_such_pkg'"),
+    ("custom target names nothing", ["model=custom", "model.target={models}:biuld"],
+     "model.target={models}:biuld: {models} defines no 'biuld'; callables there: "),
+    ("custom target not callable", ["model=custom", "model.target={models}:WIDTH"],
+     "model.target={models}:WIDTH: WIDTH is a int, not a class or function"),
+    ("custom target returns no module", ["model=custom", "model.target={models}:not_a_module"],
+     "model.target={models}:not_a_module returned a dict, not a torch nn.Module"),
+    ("custom target raises when built", ["model=custom", "model.target={models}:raises"],
+     "model.target={models}:raises raised when built (width=128 depth=3): ValueError: width must be even"),
+    ("custom model that does not grow", ["model=custom", "model.target={models}:fixed"],
+     "model.target={models}:fixed: no parameter grows with width"),
+    ("custom logits of the wrong shape", ["model=custom", "model.target={models}:seven"],
+     "model.target={models}:seven gives logits of shape (1, 7) for a batch of shape (1, 32); expected (1, 10)"),
+    ("custom readout not inferred", ["model=custom", "model.target={models}:no_readout"],
+     "model.target={models}:no_readout: no readout found (no weight maps the width to the 10 logits); name it with model.readout=NAME"),
+    ("custom readout not found", ["model=custom", "model.target={models}:build", "model.readout=head"],
+     "model.readout=head: model.target={models}:build has no such parameter; weights: 0.weight, 2.weight, 4.weight"),
+    ("custom kwargs setting the width", ["model=custom", "model.target={models}:build", "model.kwargs={{width: 3}}"],
+     "model.kwargs sets width, which lrtransfer passes itself"),
+    ("custom kwargs not a mapping", ["model=custom", "model.target={models}:build", "model.kwargs=3"],
+     "model.kwargs must be a mapping such as '{{dropout: 0.1}}', got 3"),
+    ("depth-muP on a custom model", ["model=custom", "model.target={models}:build", "param=mup", "param.depth_exponent=0.5"],
+     "param.depth_exponent=0.5 multiplies the residual branches a built-in model makes; model=custom's branches are inside your module"),
+    ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
+     "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
+     "parameterizations that work: equalized, mup, standard"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
@@ -124,6 +157,44 @@ def yaml_dir(tmp_path):
     (d / "model" / "listed.yaml").write_text("- name: mlp\n- bias: true\n")
     (d / "model" / "untyped.yaml").write_text("name: mlp\nactivation: relu\nbias: true\n")
     return d
+
+
+USER_MODELS = """
+from torch import nn
+
+WIDTH = 3
+
+def build(width, depth, input_shape, output_dim):
+    return nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, output_dim))
+
+def not_a_module(width):
+    return {"width": width}
+
+def raises(width):
+    raise ValueError("width must be even")
+
+def fixed(input_shape, output_dim):
+    return nn.Linear(input_shape[0], output_dim)
+
+def seven(width, input_shape):
+    return nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, 7))
+
+class First(nn.Module):
+    def forward(self, x):
+        return x[..., :10]
+
+def no_readout(width, input_shape):
+    return nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, width), First())
+"""
+
+
+@pytest.fixture
+def user_models(tmp_path):
+    """(a file of user models, one that does not parse)."""
+    (tmp_path / "usernets.py").write_text(USER_MODELS)
+    (tmp_path / "broken.py").write_text("def build(width:\n")
+    return tmp_path / "usernets.py", tmp_path / "broken.py"
 
 
 CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE]
@@ -153,9 +224,10 @@ def finished(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case, args, fragment", CASES)
-def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, case, args, fragment):
+def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, user_models, case, args, fragment):
     before = {p: p.read_bytes() for p in finished.rglob("record.json")}
-    subs = {"tmp": str(tmp_path), "yaml_dir": str(yaml_dir), "cifar": str(datasets)}
+    subs = {"tmp": str(tmp_path), "yaml_dir": str(yaml_dir), "cifar": str(datasets), "models": str(user_models[0]),
+            "broken": str(user_models[1])}
     code, out, err = cli("sweep", *TINY, *[a.format(**subs) for a in args], f"results_dir={finished}", "name=bad")
     assert code == 2, (out, err)
     lines = [line for line in err.splitlines() if line.strip()]

@@ -24,7 +24,11 @@ import torch
 from torch import Tensor, nn
 
 INPUT, HIDDEN, OUTPUT = "input", "hidden", "output"
-ROLES = (INPUT, HIDDEN, OUTPUT)
+# A tensor outside any layer whose one growing dimension is the width (mup's "vector-like"),
+# and a tensor no dimension of which grows: both only in models whose roles are read off
+# shapes (model=custom); every parameterization states its rule for every role.
+VECTOR, FIXED = "vector", "fixed"
+ROLES = (INPUT, HIDDEN, OUTPUT, VECTOR, FIXED)
 
 
 class Module(nn.Module):
@@ -85,8 +89,9 @@ class Atom(Module):
 
     `role` says how its dimensions scale with the model's width: an `input` atom
     maps a fixed-size input to the width, a `hidden` one maps width to width, an
-    `output` one maps the width to a fixed number of outputs. Scaling rules (muP
-    and others) are stated per role.
+    `output` one maps the width to a fixed number of outputs, a `fixed` one grows
+    in no dimension, a `vector` one (a tensor outside any layer) in exactly one.
+    Scaling rules (muP and others) are stated per role.
 
     The parameterization sets `weight_mult` and `bias_mult`, the forward
     multipliers, and may set `mass` (the modular norm's tare). `tag` names a

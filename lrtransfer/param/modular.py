@@ -101,6 +101,9 @@ class Sensitivity(str, Enum):
 class ModularOptions:
     LR_GRIDS: ClassVar[dict[str, Grid]] = {kind: Grid(-8, 2) for kind in UPDATE_KINDS}  # a target norm
     SCALED_ACTIVATION: ClassVar[bool] = True  # model.activation=auto: Modula's models' sqrt(2)-scaled forms
+    # The compound rules walk the network's tree of atoms and bonds: a model that has none
+    # (model=custom, whose options say MODULE_TREE = False) cannot be split.
+    NEEDS_MODULE_TREE: ClassVar[bool] = True
 
     name: str = "modular"
     update: ModularUpdate = ModularUpdate.normalize

@@ -14,6 +14,15 @@ number. Roles (see `model/layers.py`):
 | bias of hidden       | SP x sqrt(m)           | 1              | 1       | m      |
 | bias of output       | SP x sqrt(m), or zeros | 1              | 1       | 1      |
 | layer-norm gain      | 1                      | 1              | 1       | m      |
+| fixed (no dimension grows): weight, bias, gain | SP | 1             | 1       | 1      |
+| tensor outside a layer, hidden (2+ dims grow) | its own | 1         | 1/m     | 1      |
+| tensor outside a layer, vector (1 dim grows)  | its own | 1         | 1       | m      |
+| tensor outside a layer, fixed                 | its own | 1         | 1       | 1      |
+
+(The `fixed` and `vector` roles and the tensors outside a layer, kind "tensor", occur
+only in models whose roles are read off shapes, `model=custom`: there, as in `mup`,
+a tensor with no infinite dimension is left alone and one outside a layer keeps the
+init its module gave it.)
 
 (The `mup` package's `set_base_shapes` multiplies the bias of every nn.Linear and conv
 by sqrt(fan-in width multiplier): 1 for an input layer, m for hidden ones (so a hidden
@@ -46,7 +55,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Atom
+from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom
 from lrtransfer.param.base import Parameterization
 from lrtransfer.schema import ADAPTIVE, GRADIENT, ConfigError, positive
 
@@ -77,11 +86,17 @@ class MupOptions:
 OPTIONS = MupOptions
 
 # Per-tensor LR multiplier as a power of m, per kind of update the optimizer makes, role and tensor.
+# "tensor": a trained tensor outside any layer (model=custom), by mup's count of its
+# growing dimensions: matrix-like (hidden) LR / m under Adam, vector-like x m under SGD.
 LR_POWERS = {
     ADAPTIVE: {(INPUT, "weight"): 0, (HIDDEN, "weight"): -1, (OUTPUT, "weight"): 0,
-             (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 0},
+             (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 0,
+             (FIXED, "weight"): 0, (FIXED, "bias"): 0, (FIXED, "gain"): 0,
+             (HIDDEN, "tensor"): -1, (VECTOR, "tensor"): 0, (FIXED, "tensor"): 0},
     GRADIENT: {(INPUT, "weight"): 1, (HIDDEN, "weight"): 0, (OUTPUT, "weight"): 1,
-            (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1},
+            (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1,
+            (FIXED, "weight"): 0, (FIXED, "bias"): 0, (FIXED, "gain"): 0,
+            (HIDDEN, "tensor"): 0, (VECTOR, "tensor"): 1, (FIXED, "tensor"): 0},
 }
 
 
@@ -120,8 +135,8 @@ class MuP(Parameterization):
         return w * math.sqrt(self.m) if atom.role == OUTPUT else w
 
     def fan_in_mult(self, atom: Atom) -> float:
-        """The width multiplier of the atom's fan-in: 1 from a fixed-size input, else m."""
-        return 1.0 if atom.role == INPUT else self.m
+        """The width multiplier of the atom's fan-in: 1 from a fixed-size input (or a fixed layer), else m."""
+        return 1.0 if atom.role in (INPUT, FIXED) else self.m
 
     def init_bias(self, atom: Atom, gen: torch.Generator) -> Tensor:
         """SP's draw x sqrt(fan-in multiplier): mup's rescale_linear_bias (and MuReadout's
@@ -132,7 +147,11 @@ class MuP(Parameterization):
         return b * math.sqrt(self.fan_in_mult(atom))
 
     def lr_multiplier(self, atom: Atom, name: str) -> float:
-        return self.m ** LR_POWERS[self.update][(atom.role, name)]
+        power = LR_POWERS[self.update].get((atom.role, name))
+        if power is None:
+            raise ConfigError(f"param=mup has no rule for a {name} of role {atom.role} (kind {atom.kind}); "
+                              f"rules: {', '.join(sorted(f'{r} {n}' for r, n in LR_POWERS[self.update]))}")
+        return self.m ** power
 
     def attention_scale(self, d_head: int) -> float:
         """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling

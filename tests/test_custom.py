@@ -1,0 +1,192 @@
+"""model=custom: a user's nn.Module trains exactly as the built-in model of the same shape,
+its roles are read off shapes, and a module vmap cannot run still trains (one run at a time)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lrtransfer import build, engine
+from lrtransfer.engine import Run
+from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
+from lrtransfer.store import job_id
+from tests.conftest import compose, typed
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
+         "train.dtype=float64", "train.steps=30"]
+CUSTOM = ["model=custom", f"model.target={EXAMPLE}:build"]
+PARAMS = {
+    "standard": [],
+    "equalized": ["param=equalized"],
+    "mup": ["param=mup", "param.base_width=8", "optim.weight_decay=0.01", "optim.decay_scaling=lr"],
+}
+RUNS = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
+
+
+def train(*over, runs=RUNS):
+    return engine.train(build.job(typed(*SMALL, *over)), runs)
+
+
+def same(a, b, rel):
+    for ra, rb in zip(a, b, strict=True):
+        assert (ra.lr, ra.seed, ra.diverged) == (rb.lr, rb.seed, rb.diverged)
+        assert ra.final_loss == pytest.approx(rb.final_loss, rel=rel)
+        assert ra.eval_loss == pytest.approx(rb.eval_loss, rel=rel)
+        for la, lb in zip(ra.history_loss, rb.history_loss, strict=True):
+            assert la == pytest.approx(lb, rel=rel)
+
+
+@pytest.mark.parametrize("optim, param", [("adam", p) for p in PARAMS] + [("sgd", "mup")])
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_plain_sequential_trains_as_the_builtin_mlp(optim, param, batched):
+    """nn.Sequential(Linear, ReLU, ...) given as model.target: the same init (the same draws
+    per atom in forward order), the same forward multipliers folded into the tensors, the
+    same per-tensor LRs: the same losses as model=mlp, batched and one run at a time."""
+    over = [f"optim={optim}", *PARAMS[param], "n_seeds=2", f"engine.batched={str(batched).lower()}"]
+    ours = train(*CUSTOM, *over)
+    theirs = train(*over)
+    assert not any(r.diverged for r in theirs[:2])  # the comparison sees trained runs
+    same(ours, theirs, rel=1e-6)
+    assert ours[0].final_loss != pytest.approx(ours[0].initial_loss, rel=1e-3)  # it did train
+
+
+def test_one_seed_shares_its_batch_across_runs():
+    """One seed: x is (B, ...) for every run (vmap in_dims None), not (K, B, ...)."""
+    runs = [Run(log2_lr=e, seed=3) for e in (-9, -7, -5)]
+    same(train(*CUSTOM, "param=mup", "param.base_width=8", runs=runs), train("param=mup", "param.base_width=8", runs=runs),
+         rel=1e-6)
+
+
+def model_of(*over, input_shape=(32,), output_dim=10, runs=1):
+    cfg = typed(*SMALL, *over)
+    param = build.parameterization(cfg)
+    return param, build.model(cfg, param, runs=runs, input_shape=input_shape, output_dim=output_dim)
+
+
+def test_roles_are_read_off_shapes():
+    _, net = model_of("model=custom", f"model.target={EXAMPLE}:LayerNormMLP", "depth=4")
+    roles = {(a.path or a.user_names.get("tensor"), a.kind): a.role for a in net.atoms()}
+    assert roles == {
+        ("embed", "linear"): INPUT,
+        ("blocks.0.0", "gain"): HIDDEN, ("blocks.0.1", "linear"): HIDDEN,
+        ("blocks.1.0", "gain"): HIDDEN, ("blocks.1.1", "linear"): HIDDEN,
+        ("scale", "tensor"): VECTOR,
+        ("head", "linear"): OUTPUT,
+    }
+    assert [a.tag for a in net.atoms()][-1] == "readout"
+    fan = {a.path: (a.fan_in, a.fan_out) for a in net.atoms() if a.kind == "linear"}
+    assert fan == {"embed": (32, 24), "blocks.0.1": (24, 24), "blocks.1.1": (24, 24), "head": (24, 10)}
+
+
+MODELS = '''
+import torch
+from torch import nn
+
+class Branchy(nn.Module):
+    """Control flow that reads values: vmap cannot run it."""
+    def __init__(self, width, output_dim, input_shape):
+        super().__init__()
+        self.a = nn.Linear(input_shape[0], width)
+        self.b = nn.Linear(width, output_dim)
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if float(h.detach().mean()) > 1e9:
+            h = h * 0
+        return self.b(h)
+
+def batchnorm(width, input_shape, output_dim):
+    return nn.Sequential(nn.Linear(input_shape[0], width), nn.BatchNorm1d(width), nn.ReLU(),
+                         nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 4), nn.Linear(4, output_dim))
+
+def tied(width, input_shape, output_dim):
+    emb = nn.Embedding(output_dim, width)
+    head = nn.Linear(width, output_dim, bias=False)
+    head.weight = emb.weight
+    return nn.Sequential(emb, nn.ReLU(), head)
+
+class Attn(nn.Module):
+    def __init__(self, width, input_shape, output_dim):
+        super().__init__()
+        self.inp = nn.Linear(input_shape[0], width)
+        self.att = nn.MultiheadAttention(width, 2, batch_first=True)
+        self.out = nn.Linear(width, output_dim)
+    def forward(self, x):
+        h = self.inp(x).unsqueeze(1)
+        return self.out(self.att(h, h, h)[0][:, 0])
+'''
+
+
+@pytest.fixture
+def models(tmp_path):
+    path = tmp_path / "models.py"
+    path.write_text(MODELS)
+    return path
+
+
+def test_a_module_vmap_cannot_run_goes_one_run_at_a_time(models, capsys):
+    over = ["model=custom", f"model.target={models}:Branchy", "n_seeds=2"]
+    batched = train(*over)
+    assert "vmap cannot run it" in capsys.readouterr().err
+    same(batched, train(*over, "engine.batched=false"), rel=1e-9)
+
+
+def test_buffers_are_stacked_per_run(models):
+    """BatchNorm's running statistics, updated in place under vmap, stay each run's own; a
+    4-unit layer after the output layer is fixed, and the readout is the last output weight."""
+    over = ["model=custom", f"model.target={models}:batchnorm", "n_seeds=2", "param=mup", "param.base_width=8"]
+    same(train(*over), train(*over, "engine.batched=false"), rel=1e-9)
+    _, net = model_of(*over, runs=2)
+    roles = [(a.kind, a.role, a.tag) for a in net.atoms()]
+    assert roles == [("linear", INPUT, None), ("gain", HIDDEN, None), ("linear", HIDDEN, None),
+                     ("linear", OUTPUT, "readout"), ("linear", FIXED, None)]
+    ens = engine.Ensemble(build.job(typed(*SMALL, *over)), RUNS[:2] + RUNS[3:5])
+    ens.step()
+    mean = dict(net.stacked.named_buffers())  # names only
+    assert "1/running_mean" in mean
+    stats = dict(ens.model.stacked.named_buffers())["1/running_mean"]  # (K, width)
+    assert stats.shape == (4, 24) and not torch.equal(stats[0], stats[2])  # seeds 0 and 1 saw other batches
+
+
+def test_tied_weights_stay_tied(models):
+    _, net = model_of("model=custom", f"model.target={models}:tied", "model.readout=0.weight", "data=text",
+                      input_shape=(8,), output_dim=16)
+    (atom,) = list(net.atoms())
+    assert atom.kind == "embedding" and atom.role == OUTPUT and atom.tag == "readout"
+    y = net(torch.randint(0, 16, (5, 8)))
+    assert y.shape == (1, 5, 8, 16)
+
+
+def test_the_job_id_follows_the_file_content(tmp_path):
+    path = tmp_path / "nets.py"
+    path.write_text(EXAMPLE.read_text())
+    over = ["model=custom", f"model.target={path}:build"]
+    before = job_id(compose(*over))
+    assert job_id(compose(*over)) == before
+    path.write_text(EXAMPLE.read_text() + "\n# edited\n")
+    assert job_id(compose(*over)) != before
+    assert job_id(compose(*over[:1], f"model.target={path}:LayerNormMLP")) != job_id(compose(*over))
+
+
+def test_modular_is_refused_in_one_line():
+    from lrtransfer.schema import ConfigError
+
+    with pytest.raises(ConfigError, match="param=modular needs the model's tree of modules.*that work: equalized, mup, standard"):
+        typed(*CUSTOM, "param=modular")
+
+
+def test_inspect_shows_roles_and_warns_of_attention_under_mup(models, cli):
+    code, out, err = cli("inspect", "model=custom", f"model.target={models}:Attn", "param=mup", "width=16,32")
+    assert code == 0, err
+    assert "muP's 1/d attention scale cannot be applied from outside" in out + err
+    assert "att.in_proj_weight" in out and "out.weight" in out
+    assert "output (readout)" in out
+    code, out, err = cli("inspect", "model=custom", f"model.target={models}:Attn", "param=standard")
+    assert code == 0 and "attention scale" not in out + err
+
+
+def test_kwargs_reach_the_target():
+    _, net = model_of("model=custom", f"model.target={EXAMPLE}:LayerNormMLP", "model.kwargs={dropout: 0.25}", "depth=4")
+    assert [m.p for m in net.net.modules() if isinstance(m, torch.nn.Dropout)] == [0.25, 0.25]
