@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from tests.conftest import TINY, compose, typed
 
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu"]
 WD = ("optim.weight_decay", [0.0, 0.003, 0.05])
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
 
 
 def grid_runs(key: str, values, seeds=(0,), lrs=(-9, -6)) -> list[Run]:
@@ -52,6 +54,8 @@ CASES = {
     "weight decay, with the LR": ("optim.weight_decay", [0.0, 0.003, 0.05], ["optim.decay_scaling=lr"]),
     "weight decay, sgd, cosine": ("optim.weight_decay", [0.01, 0.2], ["optim=sgd", "train.schedule=cosine"]),
     "muP output multiplier": ("param.output_mult", [0.25, 1.0, 3.0], ["param=mup", "param.base_width=8"]),
+    "muP output multiplier, model=custom": ("param.output_mult", [0.25, 1.0, 3.0],
+                                            ["param=mup", "param.base_width=8", "model=custom", f"model.target={EXAMPLE}:build"]),
 }
 
 

@@ -43,7 +43,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom, Module
+from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom, Module, scaled
 from lrtransfer.schema import IMAGE, SIGNAL, TOKENS, VECTOR as VECTOR_INPUTS
 from lrtransfer.schema import ConfigError
 
@@ -303,8 +303,7 @@ class UserAtom(Atom):
         """The tensor the user's layer computes with: the stored one times its forward multiplier."""
         if self.kind in ("linear", "conv", "embedding"):
             mult = self.weight_mult if name == "weight" else self.bias_mult if name == "bias" else 1.0
-            if mult != 1.0:
-                return t * mult
+            return scaled(t, mult)  # t: (K, ...); mult a float or (K,), one per run (grid.<key>)
         return t
 
     def extra_repr(self) -> str:
