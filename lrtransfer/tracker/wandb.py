@@ -1,0 +1,63 @@
+"""tracker=wandb: Weights & Biases runs, offline by default.
+
+One W&B run per LR run, grouped by job (`group=<job_id>`) in a project named after
+the study: its config is the job's config with the job's and run's tags (log2_lr,
+lr, seed), its history the `train_loss` curve at the record's steps, its summary the
+final numbers. Offline (the default), runs are written under `<dir>/wandb/` (`dir`:
+`<results_dir>/<name>` unless set) and uploaded later with `wandb sync`;
+`mode=online` sends them as they are logged (after `wandb login`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+from lrtransfer import tracker
+
+
+class Mode(str, Enum):
+    offline = "offline"  # local files only; upload later with `wandb sync`
+    online = "online"  # needs `wandb login` and a network
+
+
+@dataclass
+class WandbOptions:
+    name: str = "wandb"
+    mode: Mode = Mode.offline
+    dir: Optional[str] = None  # None: <results_dir>/<name> (W&B adds wandb/)
+    project: Optional[str] = None  # None: the study's name
+    entity: Optional[str] = None  # the W&B user or team (online); None: W&B's default
+
+    def check(self) -> None:
+        tracker.require(self.name, "wandb")
+
+
+OPTIONS = WandbOptions
+
+
+def log(options: WandbOptions, job: tracker.Job) -> None:
+    import wandb
+
+    root = tracker.folder(options.dir, job, "")
+    root.mkdir(parents=True, exist_ok=True)
+    settings = wandb.Settings(console="off", silent=True, save_code=False, disable_git=True,
+                              x_disable_stats=True, x_disable_meta=True, disable_job_creation=True)
+    for run in job.runs:
+        with wandb.init(
+            mode=options.mode.value,
+            dir=str(root),
+            project=options.project or job.study,
+            entity=options.entity,
+            group=job.job_id,
+            job_type=job.title[:64],
+            name=f"{job.title} {tracker.run_name(run)}",
+            tags=[job.job_id, tracker.run_name(run)],
+            config={**job.config, **job.tags(), **tracker.run_tags(run)},
+            settings=settings,
+            reinit="create_new",
+        ) as logged:
+            for step, loss in tracker.curve(run):
+                logged.log({"train_loss": loss}, step=step)
+            logged.summary.update({k: run.get(k) for k in tracker.FINAL})
