@@ -292,3 +292,11 @@ def test_mlflow_file_store_holds_a_run_per_job_and_a_nested_run_per_lr(swept, mo
             assert child.data.metrics[key] == pytest.approx(run[key], rel=1e-6)
         assert child.data.metrics["diverged"] == 0.0
         assert all(math.isfinite(m.value) for m in history)
+
+
+def test_the_cli_imports_no_tracker():
+    """`lrtransfer --help` stays instant: no tracker module or library on the CLI's import path."""
+    names = ("lrtransfer.tracker", "wandb", "mlflow", "tensorboard")
+    code = f"import sys, lrtransfer.cli; print([m for m in {names!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
