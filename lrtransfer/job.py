@@ -202,8 +202,11 @@ def track(cfg, record: dict, folder: Path) -> None:
         config=tracker.flat(semantic(record["config"])),
         runs=record["runs"],
     )
+    started = time.perf_counter()
     try:
         options.module("tracker", cfg.tracker.name).log(cfg.tracker, job)
+        log.info("job %s: %d runs logged to tracker=%s in %.1f s", job.job_id, len(job.runs), cfg.tracker.name,
+                 time.perf_counter() - started)
     except Exception as e:  # the tracker's library, its files, its server: the record is safe already
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
         progress.warn(f"tracker={cfg.tracker.name}: job {job.job_id} was not logged "

@@ -42,8 +42,11 @@ def log(options: WandbOptions, job: tracker.Job) -> None:
 
     root = tracker.folder(options.dir, job, "")
     root.mkdir(parents=True, exist_ok=True)
+    # A record of numbers, not of the machine: no console capture, system metrics, code,
+    # git state or package list (each run would read every installed package's metadata).
     settings = wandb.Settings(console="off", silent=True, save_code=False, disable_git=True,
-                              x_disable_stats=True, x_disable_meta=True, disable_job_creation=True)
+                              x_disable_stats=True, x_disable_meta=True, x_save_requirements=False,
+                              disable_job_creation=True)
     for run in job.runs:
         with wandb.init(
             mode=options.mode.value,
