@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import TINY, compose
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
+EXIT = sys.exit  # before any tracker ran here
 PACKAGE = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 # one job of two LR runs; the final numbers of both are finite
 SWEEP = [*TINY, "width=16", "lr.log2_min=-10", "lr.log2_max=-9", "engine.threads=1"]
@@ -256,9 +257,11 @@ def test_wandb_offline_runs_hold_each_runs_curve_and_final_numbers(swept):
             assert logged["summary"][key] == pytest.approx(run[key], rel=1e-6)
 
 
-def test_wandb_leaves_the_callers_environment_alone(swept):
+def test_wandb_leaves_the_callers_process_as_it_found_it(swept):
     _swept(swept, "wandb")
-    assert "WANDB_MODE" not in os.environ and "WANDB_DIR" not in os.environ
+    assert not [k for k in os.environ if k.startswith("WANDB_")]  # its service was stopped
+    assert sys.exit is EXIT  # wandb.init wraps sys.exit and sys.excepthook (Typer sets its own excepthook)
+    assert "wandb" not in repr(sys.excepthook)
 
 
 # ---------------------------------------------------------------- MLflow (file store)

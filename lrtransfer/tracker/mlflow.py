@@ -14,11 +14,13 @@ only and restores the caller's environment.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from lrtransfer import tracker
@@ -65,16 +67,22 @@ def log(options: MLflowOptions, job: tracker.Job) -> None:
         _log(store_uri(options, job), options.experiment or job.study, job)
 
 
-def _experiment(client, name: str) -> str:
+def _experiment(client, name: str, lock: Path) -> str:
+    """The experiment's id, created by the first job that needs it. Parallel workers take
+    turns (a file store checks a name's uniqueness without a lock of its own); a server
+    or database refuses a second one, and then the other's is found."""
     from mlflow.exceptions import MlflowException
 
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException:  # another worker created it meanwhile
-        return client.get_experiment_by_name(name).experiment_id
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return client.create_experiment(name)
+        except MlflowException:  # created meanwhile through another store's front door
+            return client.get_experiment_by_name(name).experiment_id
 
 
 def _log(uri: str, experiment: str, job: tracker.Job) -> None:
@@ -82,7 +90,7 @@ def _log(uri: str, experiment: str, job: tracker.Job) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    exp = _experiment(client, experiment)
+    exp = _experiment(client, experiment, job.study_dir / ".mlflow.lock")
     now = int(time.time() * 1000)
     params = [Param(k, str(v)[:MAX_PARAM]) for k, v in job.config.items()]
     parent = client.create_run(exp, run_name=job.title, tags=job.tags()).info.run_id

@@ -5,11 +5,14 @@ the study: its config is the job's config with the job's and run's tags (log2_lr
 lr, seed), its history the `train_loss` curve at the record's steps, its summary the
 final numbers. Offline (the default), runs are written under `<dir>/wandb/` (`dir`:
 `<results_dir>/<name>` unless set) and uploaded later with `wandb sync`;
-`mode=online` sends them as they are logged (after `wandb login`).
+`mode=online` sends them as they are logged (after `wandb login`). The process is
+left as found: W&B's service is stopped after each job and its hooks removed.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
@@ -47,6 +50,17 @@ def log(options: WandbOptions, job: tracker.Job) -> None:
     settings = wandb.Settings(console="off", silent=True, save_code=False, disable_git=True,
                               x_disable_stats=True, x_disable_meta=True, x_save_requirements=False,
                               disable_job_creation=True)
+    hooks = sys.exit, sys.excepthook
+    ours = "WANDB_SERVICE" not in os.environ  # else the caller's own W&B service, left running
+    try:
+        _log_runs(wandb, options, job, root, settings)
+    finally:
+        if ours:
+            wandb.teardown()  # stops the service process, and drops WANDB_SERVICE from the environment
+        sys.exit, sys.excepthook = hooks  # wandb.init wraps both for the rest of the process's life
+
+
+def _log_runs(wandb, options: WandbOptions, job: tracker.Job, root, settings) -> None:
     for run in job.runs:
         with wandb.init(
             mode=options.mode.value,
