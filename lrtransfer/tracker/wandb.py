@@ -77,4 +77,4 @@ def _log_runs(wandb, options: WandbOptions, job: tracker.Job, root, settings) ->
         ) as logged:
             for step, loss in tracker.curve(run):
                 logged.log({"train_loss": loss}, step=step)
-            logged.summary.update({k: run.get(k) for k in tracker.FINAL})
+            logged.summary.update({k: run[k] for k in tracker.FINAL if run.get(k) is not None})
