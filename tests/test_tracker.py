@@ -303,3 +303,45 @@ def test_the_cli_imports_no_tracker():
     code = f"import sys, lrtransfer.cli; print([m for m in {names!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- a diverged run, every tracker
+DIVERGED = {"log2_lr": 2.0, "lr": 4.0, "seed": 3, "initial_loss": 2.3, "final_loss": None, "diverged": True,
+            "diverged_step": 20, "eval_loss": None, "eval_acc": None,
+            "history_step": [0, 10, 20, 30], "history_loss": [2.3, 9.5, None, None]}
+
+
+def _diverged_job(study_dir: Path):
+    from lrtransfer.tracker import Job
+
+    return Job(study="study", job_id="abc123", title="mlp standard adam w=16 d=3 s=3", overrides="width=16",
+               study_dir=study_dir, config={"width": 16, "param.name": "standard"}, runs=[DIVERGED])
+
+
+@pytest.mark.parametrize("name", TRACKERS)
+def test_a_diverged_run_logs_its_curve_up_to_divergence_and_no_final_loss(name, tmp_path):
+    pytest.importorskip(PACKAGE[name], reason=f"pip install 'lrtransfer[{name}]'")
+    from lrtransfer import options
+
+    module = options.module("tracker", name)
+    module.log(module.OPTIONS(), _diverged_job(tmp_path))
+    if name == "tensorboard":
+        acc = _tb(tmp_path / "tensorboard" / "abc123" / "log2_lr=2,seed=3")
+        curve = [(e.step, e.value) for e in acc.Scalars("train_loss")]
+        finals = {t.removeprefix("final/"): acc.Scalars(t)[-1].value for t in acc.Tags()["scalars"] if t.startswith("final/")}
+    elif name == "wandb":
+        (path,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+        logged = _wandb_run(path)
+        curve, finals = logged["curve"], logged["summary"]
+    else:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+            client = _mlflow_client(tmp_path)
+            runs = client.search_runs([client.get_experiment_by_name("study").experiment_id])
+            (child,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+            curve = [(m.step, m.value) for m in client.get_metric_history(child.info.run_id, "train_loss")]
+            finals = child.data.metrics
+    assert [s for s, _ in sorted(curve)] == [0, 10]
+    assert [v for _, v in sorted(curve)] == pytest.approx([2.3, 9.5])
+    assert "final_loss" not in finals and "eval_loss" not in finals
+    assert finals["diverged"] == 1 and finals["diverged_step"] == 20 and finals["initial_loss"] == pytest.approx(2.3)
