@@ -154,9 +154,9 @@ def _tb(folder: Path):
 
 
 def test_tensorboard_event_files_hold_each_runs_curve_and_final_numbers(swept):
+    study, record = _swept(swept, "tensorboard")
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    study, record = _swept(swept, "tensorboard")
     for run in record["runs"]:
         folder = study / "tensorboard" / record["job_id"] / f"log2_lr={run['log2_lr']:g},seed={run['seed']}"
         assert len(list(folder.glob("events.out.tfevents.*"))) == 1
