@@ -1,6 +1,6 @@
 """The root config behind `conf/config.yaml`, the LR grid's precedence, and the checks Hydra's types cannot express.
 
-The options of each group (model, param, optim, data) are typed by dataclasses in
+The options of each group (model, param, optim, data, tracker) are typed by dataclasses in
 their own modules (see `options.py`); this module types the rest (sizes, seeds, the
 LR grid, training, the engine) and registers both in Hydra's ConfigStore, so Hydra
 rejects an unknown key or a value of the wrong type while composing, before any job
@@ -24,7 +24,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from lrtransfer import options
 from lrtransfer.options import GROUPS
 from lrtransfer.errors import choices
-from lrtransfer.schema import INPUT_KINDS, VECTOR, ConfigError, Grid, finite_fields, positive
+from lrtransfer.schema import INPUT_KINDS, RUN_SETTINGS, VECTOR, ConfigError, Grid, finite_fields, positive
 
 __all__ = ["Config", "ConfigError", "LRGrid", "validate", "semantic", "register"]
 
@@ -135,6 +135,7 @@ class Config:
     grid: Any = field(default_factory=dict)
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
+    tracker: Any = MISSING  # where results also go (lrtransfer/tracker/): no part of a job's identity
 
 
 @cache
@@ -406,16 +407,17 @@ def model_activation(cfg: Config) -> str:
 def semantic(cfg: DictConfig | dict) -> dict:
     """The part of a resolved config that decides what is computed: a job's identity.
 
-    Output locations (`results_dir`, `name`), execution settings (`engine`),
-    Hydra's own settings and the fields a schema marks as `location` (where a
-    dataset lives, whether it may be downloaded) are left out, so the same point is
-    recognised whichever launcher, device, study folder or data folder ran it.
+    Output locations (`results_dir`, `name`), how a job runs and where its results
+    also go (`RUN_SETTINGS`: `engine`, `tracker`), Hydra's own settings and the
+    fields a schema marks as `location` (where a dataset lives, whether it may be
+    downloaded) are left out, so the same point is recognised whichever launcher,
+    device, tracker, study folder or data folder ran it.
     What a choice resolves to is recorded, not the word `auto` (model.activation), and a
     parameterization's rule REVISION joins its options when non-zero.
     """
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
-    out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", "engine")}
+    out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
     grid = {k: v for k, v in flat_grid(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid

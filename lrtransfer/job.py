@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import platform
+import re
 import resource
 import sys
 import time
@@ -27,6 +28,7 @@ from lrtransfer import __version__, progress, requeue, stop
 from lrtransfer.checkpoint import NAME as CHECKPOINT
 from lrtransfer.checkpoint import FileCheckpoint
 from lrtransfer.config import inner_grid, validate
+from lrtransfer.schema import RUN_SETTINGS
 from lrtransfer.store import is_complete, job_dir, job_id, write_record
 
 log = logging.getLogger(__name__)
@@ -192,7 +194,46 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
             return _summary(base["job_id"], "failed", error=f"could not write its record: {e.strerror or e}")
     if record["status"] == "complete":
         FileCheckpoint(folder / CHECKPOINT, 0).discard()
+        track(typed, record, folder)
     return {k: record.get(k) for k in ("job_id", "status", "error", "wall_time_s")}
+
+
+def track(cfg, record: dict, folder: Path) -> None:
+    """Log a finished job's runs to the configured tracker (`lrtransfer/tracker/`), after its record
+    is written: a tracker that fails costs one warning line, never the result."""
+    from lrtransfer import options, tracker
+    from lrtransfer.config import semantic
+
+    job = tracker.Job(
+        study=cfg.name,
+        job_id=record["job_id"],
+        title=job_title(cfg),
+        overrides=" ".join(_overrides()),
+        study_dir=folder.parent,
+        config=tracker.flat(semantic(record["config"])),
+        runs=record["runs"],
+    )
+    started = time.perf_counter()
+    try:
+        options.module("tracker", cfg.tracker.name).log(cfg.tracker, job)
+        log.info("job %s: %d runs logged to tracker=%s in %.1f s", job.job_id, len(job.runs), cfg.tracker.name,
+                 time.perf_counter() - started)
+    except Exception as e:  # the tracker's library, its files, its server: the record is safe already
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        progress.warn(f"tracker={cfg.tracker.name}: job {job.job_id} was not logged "
+                      f"({e.__class__.__name__}{': ' + reason if reason else ''}); its record is written")
+
+
+def _overrides() -> list[str]:
+    """The overrides that made this job (`width=64 param=mup`), [] outside a sweep: the user's,
+    less those that never tell jobs apart (Hydra's own, results_dir, name, engine.*, tracker.*)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    task = OmegaConf.select(HydraConfig.get(), "overrides.task", default=None) or []
+    ignored = ("hydra", "results_dir", "name", *RUN_SETTINGS)
+    return [o for o in task if re.split(r"[./=]", o.lstrip("+~"), maxsplit=1)[0] not in ignored]
 
 
 def peak_memory_mib(device) -> float:

@@ -18,7 +18,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-GROUPS = ("model", "param", "optim", "data")
+GROUPS = ("model", "param", "optim", "data", "tracker")
 
 
 @cache

@@ -17,6 +17,7 @@ import pandas as pd
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
 from lrtransfer.plots import description, drift_words, families, family_figures, natural, panel_labels
+from lrtransfer.schema import RUN_SETTINGS
 from lrtransfer.style import DPI, LABELS, png_bytes
 
 # Figures show at this many CSS pixels per inch of figure while they fit the page; a wider
@@ -116,10 +117,11 @@ def _diverged_lrs(g: Group, scale) -> list[float]:
 def config_table(runs: pd.DataFrame) -> str:
     """A study's configuration: what all its jobs share, then what varies.
 
-    Where and how the jobs ran (`engine.*`: device, threads, chunking) is left out:
-    it changes no result.
+    Where and how the jobs ran (`engine.*`: device, threads, chunking) and where
+    their results also went (`tracker.*`) are left out: they change no result.
     """
-    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id") and not c.startswith("engine.")]
+    settings = tuple(f"{s}." for s in RUN_SETTINGS)
+    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id") and not c.startswith(settings)]
     same, varies = [], []
     for c in sorted(cols):
         values = sorted({str(v) for v in runs[c]}, key=natural)

@@ -21,6 +21,12 @@ class ConfigError(UserError, ValueError):
     """A configuration value is invalid; the message is one line meant for the user."""
 
 
+# The config's sections that say how a job runs (`engine`) and where its results also
+# go (`tracker`): they change nothing that is computed, so they are no part of a job's
+# identity (`config.semantic`) and the analysis never groups runs by them.
+RUN_SETTINGS = ("engine", "tracker")
+
+
 # What one example of a task is (see lrtransfer/data/__init__.py). A data option's
 # options declare their kind as `INPUTS`, a model's the kinds it can read as
 # `READS` (both default to vectors), so a model that cannot read the data is

@@ -10,16 +10,18 @@ from __future__ import annotations
 import pandas as pd
 
 from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, plain
+from lrtransfer.schema import RUN_SETTINGS
 
-# Columns that never define a group: replicates, the LR grid, where/how a job ran.
+# Columns that never define a group: replicates, the LR grid, how a job ran and where
+# its results also went (RUN_SETTINGS: engine, tracker).
 _NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id")
-_NOT_GROUPING_PREFIX = ("lr.", "engine.", "hydra.")
+_NOT_GROUPING_PREFIX = ("lr.", "hydra.", *(f"{s}." for s in RUN_SETTINGS))
 # Config values worth naming in a group's `fixed` (besides whatever varies).
 SHOWN = ("study", "model.name", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
 
 
 def config_columns(df: pd.DataFrame) -> list[str]:
-    """The columns that can tell groups apart: config keys, less replicates, the LR grid and the engine."""
+    """The columns that can tell groups apart: config keys, less replicates, the LR grid, the engine and tracker."""
     metrics = {*RUN_COLUMNS, *HISTORY_COLUMNS}
     return [
         c
