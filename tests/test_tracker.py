@@ -345,3 +345,24 @@ def test_a_diverged_run_logs_its_curve_up_to_divergence_and_no_final_loss(name, 
     assert [v for _, v in sorted(curve)] == pytest.approx([2.3, 9.5])
     assert "final_loss" not in finals and "eval_loss" not in finals
     assert finals["diverged"] == 1 and finals["diverged_step"] == 20 and finals["initial_loss"] == pytest.approx(2.3)
+
+
+def test_runs_of_a_grid_job_are_logged_apart_with_their_value(tmp_path):
+    """A job with a second inner axis (`grid.<key>`) has runs that share LR and seed: each
+    gets its own TensorBoard folder and carries its value as a tag."""
+    if importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("tensorboard is not installed (pip install 'lrtransfer[tensorboard]')")
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from lrtransfer.sweep import launch
+
+    launch([*SWEEP, "lr.log2_max=-10", "grid.optim.weight_decay=[0,0.01]", "tracker=tensorboard",
+            f"results_dir={tmp_path}", "name=study"])
+    (record,) = _records(tmp_path)
+    folders = sorted((tmp_path / "study" / "tensorboard" / record["job_id"]).iterdir())
+    assert [f.name for f in folders] == ["log2_lr=-10,seed=0,optim.weight_decay=0",
+                                         "log2_lr=-10,seed=0,optim.weight_decay=0.01"]
+    for folder, run in zip(folders, sorted(record["runs"], key=lambda r: r["grid"]["optim.weight_decay"])):
+        content = _tb(folder).PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        hp = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+        assert hp["optim.weight_decay"].number_value == run["grid"]["optim.weight_decay"]

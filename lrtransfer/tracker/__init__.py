@@ -52,13 +52,20 @@ class Job:
 
 
 def run_name(run: dict) -> str:
-    """A run within its job: `log2_lr=-6 seed=0`."""
-    return f"log2_lr={run['log2_lr']:g} seed={run['seed']}"
+    """A run within its job: `log2_lr=-6 seed=0`, and its value of a second inner axis
+    (`grid.<key>`) when the job has one: `log2_lr=-6 seed=0 optim.weight_decay=0.001`."""
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in _run_keys(run).items()
+                    if k != "lr")
 
 
 def run_tags(run: dict) -> dict:
-    """The run's own tags: its learning rate (log2 and plain) and seed."""
-    return {"log2_lr": float(run["log2_lr"]), "lr": float(run["lr"]), "seed": int(run["seed"])}
+    """The run's own tags: its learning rate (log2 and plain), seed and grid value, if any."""
+    return _run_keys(run)
+
+
+def _run_keys(run: dict) -> dict:
+    keys = {"log2_lr": float(run["log2_lr"]), "lr": float(run["lr"]), "seed": int(run["seed"])}
+    return {**keys, **{k: float(v) for k, v in (run.get("grid") or {}).items()}}
 
 
 def curve(run: dict) -> list[tuple[int, float]]:

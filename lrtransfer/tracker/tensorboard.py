@@ -1,6 +1,6 @@
 """tracker=tensorboard: TensorBoard event files, one run folder per LR run.
 
-Layout: `<dir>/<job_id>/log2_lr=<x>,seed=<s>/events.out.tfevents.*`, where `dir` is
+Layout: `<dir>/<job_id>/log2_lr=<x>,seed=<s>[,<grid key>=<v>]/events.out.tfevents.*`, where `dir` is
 `<results_dir>/<name>/tensorboard` unless set. Each run folder holds the scalar
 `train_loss` at the record's (thinned) history steps, the final numbers as scalars
 `final/<key>` at the last step, and the job's and run's tags as HParams (so the
@@ -33,7 +33,7 @@ OPTIONS = TensorBoardOptions
 
 
 def run_folder(root: Path, job: tracker.Job, run: dict) -> Path:
-    return root / job.job_id / f"log2_lr={run['log2_lr']:g},seed={run['seed']}"
+    return root / job.job_id / tracker.run_name(run).replace(" ", ",")
 
 
 def log(options: TensorBoardOptions, job: tracker.Job) -> None:
