@@ -39,7 +39,7 @@ CATALOGUE = [
     ("subset larger than the dataset", ["data=mnist", "data.root={cifar}", "data.train_size=101"],
      "data.train_size=101 but MNIST has 100 training images on disk"),
     ("model that cannot read the data", ["data=text"], "model=mlp cannot read data=text, which gives token sequences"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: depth, mnist1d, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, depth, horizon, mnist1d, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
