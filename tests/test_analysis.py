@@ -167,6 +167,28 @@ def test_plots_are_written(tmp_path):
     assert paths and all(p.exists() and p.with_suffix(".pdf").exists() for p in paths)
 
 
+def test_figures_and_tables_name_another_axis(tmp_path, cli):
+    import matplotlib.pyplot as plt
+
+    from lrtransfer import plots
+
+    for i, steps in enumerate((100, 200, 400)):
+        fake_record(tmp_path, train={"steps": steps, "batch_size": 8}, optimum=-6 - i)
+    (family,) = plots.families(analysis.groups(analysis.load_runs(tmp_path)))
+    fig = plots.transfer_figure(family)
+    assert fig.axes[0].get_xlabel() == "train.steps (log scale)"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["100", "200", "400"]
+    assert "batch 8" in plots.description(family) and "steps" not in plots.description(family)
+    plt.close(fig)
+    lr = plots.lr_figure(family)
+    assert lr.axes[0].get_legend().get_title().get_text() == "train.steps"
+    plt.close(lr)
+    code, out, _ = cli("summary", str(tmp_path))
+    assert code == 0 and "per doubling of train.steps" in out and "┃ train.steps ┃ best log2 LR" in out
+    code, out, _ = cli("list", str(tmp_path))
+    assert code == 0 and "train.steps" in out and "100,200,400" in out
+
+
 # ----------------------------------------------------------------------------- sub-grid optimum
 
 
