@@ -188,29 +188,16 @@ def predict(
         raise UserError("give one scale to predict at: --width N, --depth N, or --at N (each group's own axis; "
                         f"--axis KEY picks groups), got {' '.join(f for f, _ in given) or 'none'}")
     (flag, value), = given
-    if not value > 0 or value == float("inf"):
-        raise UserError(f"{flag} must be a positive number, got {value:g}")
     if flag != "--at":
         if axis not in (None, flag[2:]):
             raise UserError(f"--axis {axis} contradicts {flag}; give --axis {axis} --at N")
         axis = flag[2:]
+    prediction.check_scale(value, flag)  # before reading any record
     with _warnings_to_stderr():
         groups = analysis.groups(analysis.load_runs(directory), metric)
-    axes = sorted({g.axis for g in groups})
-    chosen = [g for g in groups if axis is None or g.axis == axis]
-    if not chosen:
-        raise UserError(f"no group under '{directory}' has the axis {axis}; its axes: {', '.join(axes)} "
-                        f"(--{axes[0]} N works for width and depth, --at N --axis KEY for any)")
-    preds = []
-    for g in chosen:
-        try:
-            preds.append(prediction.predict(g, value))
-        except UserError as e:
-            if len(chosen) == 1:
-                raise
-            typer.echo(f"warning: skipped {e}", err=True)
-    if not preds:
-        raise UserError(f"every group under '{directory}' has the verdict undetermined; nothing to predict from")
+    preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
+    for message in skipped:
+        typer.echo(f"warning: {message}", err=True)
     if as_json:
         doc = {"metric": metric, "at": value, "confidence": analysis.CONFIDENCE,
                "predictions": [prediction.prediction_dict(p) for p in preds]}

@@ -156,3 +156,14 @@ def test_predict_on_an_undetermined_group_is_refused(tmp_path, cli):
     assert len(err.strip().splitlines()) == 1
     with pytest.raises(UserError, match="undetermined"):
         prediction.predict(analysis.groups(analysis.load_runs(tmp_path))[0], 1024)
+
+
+def test_the_python_api_predicts_as_the_cli(tmp_path, cli):
+    import lrtransfer
+
+    study(tmp_path, slope=-1.0, seeds=2)
+    (p,) = lrtransfer.predict(tmp_path, 1024)
+    code, out, _ = cli("predict", str(tmp_path), "--width", "1024", "--json")
+    assert code == 0 and json.loads(out)["predictions"] == [p]
+    with pytest.raises(lrtransfer.UserError, match="at must be a positive number, got 0"):
+        lrtransfer.predict(tmp_path, 0)

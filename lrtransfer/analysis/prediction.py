@@ -70,10 +70,38 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)
 
 
+def check_scale(at: float, name: str = "the scale") -> None:
+    if not at > 0 or not math.isfinite(at):
+        raise UserError(f"{name} must be a positive number, got {at:g}")
+
+
+def predict_groups(groups: list[Group], at: float, axis: str | None = None, *, name: str = "the scale",
+                   where: str = "the results") -> tuple[list[Prediction], list[str]]:
+    """Predictions at `at` for the groups on `axis` (every group when None), and a message per group
+    skipped for an undetermined verdict. Raises UserError (named `name`, e.g. "--width") for a bad
+    scale, an axis no group has, or when no group can be predicted."""
+    check_scale(at, name)
+    axes = sorted({g.axis for g in groups})
+    chosen = [g for g in groups if axis is None or g.axis == axis]
+    if not chosen:
+        raise UserError(f"no group under {where} has the axis {axis}; its axes: {', '.join(axes)} "
+                        f"(--width N, --depth N, or --at N --axis KEY for any)")
+    preds, skipped = [], []
+    for g in chosen:
+        try:
+            preds.append(predict(g, at))
+        except UserError as e:
+            if len(chosen) == 1:
+                raise
+            skipped.append(f"skipped {e}")
+    if not preds:
+        raise UserError(f"every group under {where} has the verdict undetermined; nothing to predict from")
+    return preds, skipped
+
+
 def predict(g: Group, at: float, *, rng: np.random.Generator | None = None) -> Prediction:
     """The optimum and the transfer penalty of group `g` at scale `at` (raises UserError if `g` has no fit)."""
-    if not at > 0 or not math.isfinite(at):
-        raise UserError(f"the scale to predict at must be a positive number, got {at:g}")
+    check_scale(at)
     if g.verdict == "undetermined" or g.fit is None or g.fit.ci is None:
         why = g.warnings[0] if g.warnings else "no drift interval"
         raise UserError(f"group {g.label}: its verdict is undetermined ({why}); nothing to predict from")
