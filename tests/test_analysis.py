@@ -183,6 +183,9 @@ def test_figures_and_tables_name_another_axis(tmp_path, cli):
     lr = plots.lr_figure(family)
     assert lr.axes[0].get_legend().get_title().get_text() == "train.steps"
     plt.close(lr)
+    paths = plots.save_figures(family, tmp_path / "fig")
+    assert sorted(p.name for p in paths) == [f"study-mlp-teacher-train.steps-{k}.png" for k in ("curves", "lr-train_loss", "transfer-train_loss")]
+    assert all(p.with_name(p.name[:-4] + ".pdf").exists() for p in paths)
     code, out, _ = cli("summary", str(tmp_path))
     assert code == 0 and "per doubling of train.steps" in out and "┃ train.steps ┃ best log2 LR" in out
     code, out, _ = cli("list", str(tmp_path))
