@@ -167,3 +167,18 @@ def test_the_python_api_predicts_as_the_cli(tmp_path, cli):
     assert code == 0 and json.loads(out)["predictions"] == [p]
     with pytest.raises(lrtransfer.UserError, match="at must be a positive number, got 0"):
         lrtransfer.predict(tmp_path, 0)
+
+
+def test_optima_that_bend_are_flagged_and_a_straight_line_is_not(tmp_path):
+    for i, w in enumerate(WIDTHS := [64, 128, 256, 512, 1024]):
+        fake_record(tmp_path / "bent", width=w, optimum=-6 - 0.1 * i * i, noise=0.002, rng=np.random.default_rng(i))
+        fake_record(tmp_path / "straight", width=w, optimum=-6 - 0.5 * i, noise=0.002, rng=np.random.default_rng(i))
+    (bent,) = analysis.groups(analysis.load_runs(tmp_path / "bent"), n_resamples=100)
+    p = prediction.predict(bent, 4096)
+    (w,) = [w for w in p.warnings if "the optima bend" in w]
+    assert "the drift steepens with width" in w
+    c, (lo, hi), q, (qlo, qhi) = prediction.curvature(bent.fit.x, bent.fit.y, 12.0)
+    assert c == pytest.approx(-0.1, abs=0.02) and hi < 0
+    assert qlo <= -6 - 0.1 * 36 <= qhi  # the parabola through the truth at width 4096 (6 doublings past 64)
+    (straight,) = analysis.groups(analysis.load_runs(tmp_path / "straight"), n_resamples=100)
+    assert not [w for w in prediction.predict(straight, 4096).warnings if "bend" in w]

@@ -20,6 +20,8 @@ measuring a scale again moves its optimum); the percentiles of their sum bound y
 drift, the wider of the two intervals is given: the bootstrap misses noise a seed shares across
 its LRs, the scatter needs three scales and a straight line (`statistics.drift_fit`).
 `tests/test_prediction.py` fabricates studies with a known truth and counts the coverage.
+Both intervals take the straight line as the truth; `curvature` tests that (a parabola's
+curvature, t with n - 3 df) and `predict` warns when the optima bend.
 
 **The penalty.** What a new scale gives up by training at the smallest scale's best grid LR t
 instead of its own optimum. If the optimum moves linearly in log2 scale (the drift's model) and
@@ -113,6 +115,14 @@ def predict(g: Group, at: float, *, rng: np.random.Generator | None = None) -> P
     if at > BEYOND * top:
         warn.append(f"{g.axis} {at:g} is beyond {BEYOND:g}x the largest {g.axis} measured ({top:g}): "
                     f"{math.log2(at / top):.1f} doublings of extrapolation on a straight line")
+    bend = curvature(g.fit.x, g.fit.y, x0)
+    if bend is not None:
+        c, (clo, chi), q, (qlo, qhi) = bend
+        if clo > 0 or chi < 0:
+            warn.append(f"the optima bend: curvature {c:+.3f} [{clo:+.3f}, {chi:+.3f}] octaves per doubling^2, so the "
+                        f"drift {'steepens' if c < 0 else 'flattens'} with {g.axis} and the straight line's interval "
+                        f"assumes it does not; a parabola in log2 {g.axis} gives {q:+.2f} [{qlo:+.2f}, {qhi:+.2f}] "
+                        "(extrapolating a bend is riskier still: measure a larger scale)")
     pen = penalty(g, x0)
     if isinstance(pen, str):
         warn.append(pen)
@@ -172,6 +182,29 @@ def bootstrap_interval(x, y, resampled, x0: float, rng: np.random.Generator) -> 
     q = ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2)
     lo, hi = np.quantile(at_x0 + own, q)
     return float(lo), float(hi)
+
+
+def curvature(x: np.ndarray, y: np.ndarray, x0: float):
+    """Is the straight line the right model? The parabola y = a + b x + c x^2 through the optima
+    (n >= 4): c with its 95% interval (t, n - 3 df), and the parabola's value at `x0` with its
+    prediction interval; None with fewer than four scales. Under a straight truth the interval
+    excludes 0 in 5% of studies; the default study's optima bend (README, "Predicting ...")."""
+    n = len(x)
+    if n < 4:
+        return None
+    xc = x - x.mean()
+    design = np.stack([np.ones(n), xc, xc**2], 1)  # (n, 3)
+    beta = np.linalg.lstsq(design, y, rcond=None)[0]
+    r = y - design @ beta
+    s2 = float(r @ r) / (n - 3)
+    inv = np.linalg.inv(design.T @ design)
+    t = t_quantile((1 + CONFIDENCE) / 2, n - 3)
+    half_c = t * math.sqrt(s2 * inv[2, 2])
+    v = np.array([1.0, x0 - x.mean(), (x0 - x.mean()) ** 2])
+    q = float(v @ beta)
+    half_q = t * math.sqrt(s2 * (1 + v @ inv @ v))
+    c = float(beta[2])
+    return c, (c - half_c, c + half_c), q, (q - half_q, q + half_q)
 
 
 def penalty(g: Group, x0: float) -> tuple[float, float, float, str] | str | None:
