@@ -7,6 +7,7 @@ The Python API (see README, "Python API"; docs/api_example.py):
     result = lrtransfer.sweep(["width=64,256", "optim=sgd"])  # run; result["groups"]: the summary
     runs = lrtransfer.load("results/default")          # a pandas DataFrame, one row per run
     groups = lrtransfer.summarize("results/default")   # best LR per scale, drift, verdict
+    lrtransfer.predict("results/width", 4096)          # the optimal LR the drift predicts at width 4096
 
 Bad input raises `lrtransfer.UserError` with the CLI's one-line message. The names
 load on first use, so `import lrtransfer` imports neither torch nor Hydra.
@@ -21,7 +22,7 @@ import importlib
 __version__ = "0.1.0"
 
 _API = {"sweep": "lrtransfer.sweep", "plan": "lrtransfer.api", "load": "lrtransfer.api",
-        "summarize": "lrtransfer.api", "UserError": "lrtransfer.errors"}
+        "summarize": "lrtransfer.api", "predict": "lrtransfer.api", "UserError": "lrtransfer.errors"}
 __all__ = ["__version__", *_API]
 
 

@@ -167,6 +167,67 @@ def report(
 
 
 @app.command()
+def predict(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    width: Optional[float] = typer.Option(None, "--width", help="Predict at this width (groups whose axis is width)."),
+    depth: Optional[float] = typer.Option(None, "--depth", help="Predict at this depth (groups whose axis is depth)."),
+    at: Optional[float] = typer.Option(None, "--at", help="Predict at this value of each group's own axis."),
+    axis: Optional[str] = typer.Option(
+        None, "--axis", help="With --at: only groups on this axis (train.steps, train.batch_size, ...)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    metric: str = typer.Option("train_loss", help=METRIC_HELP),
+) -> None:
+    """The optimal LR the fitted drift predicts at a new scale, with a 95% prediction interval, and the loss given up there by using the smallest scale's best LR."""
+    from lrtransfer import analysis
+    from lrtransfer.analysis import prediction
+    from lrtransfer.errors import UserError
+
+    _check_metric(metric)
+    given = [(flag, v) for flag, v in (("--width", width), ("--depth", depth), ("--at", at)) if v is not None]
+    if len(given) != 1:
+        raise UserError("give one scale to predict at: --width N, --depth N, or --at N (each group's own axis; "
+                        f"--axis KEY picks groups), got {' '.join(f for f, _ in given) or 'none'}")
+    (flag, value), = given
+    if flag != "--at":
+        if axis not in (None, flag[2:]):
+            raise UserError(f"--axis {axis} contradicts {flag}; give --axis {axis} --at N")
+        axis = flag[2:]
+    prediction.check_scale(value, flag)  # before reading any record
+    with _warnings_to_stderr():
+        groups = analysis.groups(analysis.load_runs(directory), metric)
+    preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
+    for message in skipped:
+        typer.echo(f"warning: {message}", err=True)
+    if as_json:
+        doc = {"metric": metric, "at": value, "confidence": analysis.CONFIDENCE,
+               "predictions": [prediction.prediction_dict(p) for p in preds]}
+        typer.echo(json.dumps(doc, indent=1))
+        return
+    for p in preds:
+        _print_prediction(p, metric)
+
+
+def _print_prediction(p, metric: str) -> None:
+    from lrtransfer.analysis import metric_noun
+
+    lo, hi = p.log2_lr_interval
+    typer.echo("  ".join(f"{k}={v}" for k, v in p.fixed.items()))
+    typer.echo(f"  {p.axis} {p.at:g}: optimal log2 LR {p.log2_lr:+.2f}, 95% prediction interval [{lo:+.2f}, {hi:+.2f}]"
+               f"  (LR {p.lr:.3g}, [{p.lr_interval[0]:.3g}, {p.lr_interval[1]:.3g}])")
+    dlo, dhi = p.drift_ci
+    typer.echo(f"  from the drift {p.drift:+.2f} [{dlo:+.2f}, {dhi:+.2f}] over {p.axis} "
+               f"{','.join(f'{s:g}' for s in p.scales)}; interval: {p.interval_method}")
+    if p.penalty is not None:
+        plo, phi = p.penalty_interval
+        typer.echo(f"  using {p.axis} {p.scales[0]:g}'s best LR (log2 {p.transfer_log2_lr:g}) gives up about "
+                   f"{p.penalty:.4f} [{plo:.4f}, {phi:.4f}] of {metric} ({metric_noun(metric)} penalty; {p.penalty_method})")
+    for w in p.warnings:
+        typer.echo(f"  warning: {w}")
+    typer.echo("")
+
+
+@app.command()
 def export(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
     fmt: str = typer.Option("csv", "--format", help="csv | parquet (parquet needs pyarrow)."),

@@ -109,11 +109,9 @@ def description(family: list[Group]) -> str:
     if other:
         model += " (" + ", ".join(f"{a} {common[a]}" for a in other) + ")"
     parts = [model, common.get("data.name"), common.get("optim.name"), common.get("param.name")]
-    if "train.steps" in common:
-        steps = f"{common['train.steps']} steps"
-        if "train.batch_size" in common:
-            steps += f" of batch {common['train.batch_size']}"
-        parts.append(steps)
+    steps = f"{common['train.steps']} steps" if "train.steps" in common else None  # absent: the axis
+    batch = f"batch {common['train.batch_size']}" if "train.batch_size" in common else None
+    parts.append(" of ".join(p for p in (steps, batch) if p) or None)
     rest = [f"{k}={v}" for k, v in common.items() if k not in _DESCRIBED and k not in other]
     return " · ".join(str(p) for p in parts if p is not None) + (f" · {', '.join(rest)}" if rest else "")
 

@@ -50,8 +50,9 @@ def signed(v: float, spec: str = "+.2f") -> str:
 
 
 def save(fig, stem: Path) -> list[Path]:
-    """The figure as `stem`.png and `stem`.pdf; closes it."""
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    """The figure as `stem`.png and `stem`.pdf; closes it. The suffix is appended, not swapped: a
+    stem may hold a dot (an axis such as `train.steps`)."""
+    paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")]
     with plt.rc_context(STYLE):
         for p in paths:
             fig.savefig(p)

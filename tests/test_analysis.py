@@ -12,7 +12,7 @@ from lrtransfer.store import write_record
 
 
 def fake_record(root, *, width=64, depth=3, param="standard", seed=0, optimum=-8.0, diverge_above=None, name="study",
-                noise=0.0, rng=None, spike=None, param_keys=None, optim="adam", optim_keys=None):
+                noise=0.0, rng=None, spike=None, param_keys=None, optim="adam", optim_keys=None, train=None):
     """A record whose loss is a parabola in log2 LR with its minimum at `optimum`.
 
     `noise`: s.d. of Gaussian noise added to each LR point (`rng` draws it);
@@ -34,8 +34,8 @@ def fake_record(root, *, width=64, depth=3, param="standard", seed=0, optimum=-8
     config = {"name": name, "results_dir": str(root), "width": width, "depth": depth, "seed": seed, "n_seeds": 1,
               "model": {"name": "mlp"}, "param": {"name": param, **(param_keys or {})}, "optim": {"name": optim, **(optim_keys or {})},
               "data": {"name": "teacher"}, "lr": {"log2_min": -12, "log2_max": -4, "log2_step": 1},
-              "train": {"steps": 10}, "engine": {"device": "cpu"}}
-    keys = {**(param_keys or {}), **(optim_keys or {})}
+              "train": {"steps": 10, **(train or {})}, "engine": {"device": "cpu"}}
+    keys = {**(param_keys or {}), **(optim_keys or {}), **(train or {})}
     jid = f"{name}-{param}-{optim}-{width}-{depth}-{seed}" + "".join(f"-{k}{v}" for k, v in keys.items())
     write_record(root / name / jid, {"job_id": jid, "status": "complete", "config": config, "runs": runs})
 
@@ -76,6 +76,51 @@ def test_depth_is_the_axis_when_only_depth_varies(tmp_path):
         fake_record(tmp_path, depth=d, optimum=-8)
     (g,) = analysis.groups(analysis.load_runs(tmp_path))
     assert g.axis == "depth" and g.scales == [2, 4, 8] and g.fixed["width"] == 64
+
+
+@pytest.mark.parametrize("key", ["steps", "batch_size"])
+def test_any_numeric_key_that_varies_alone_is_the_axis(tmp_path, key):
+    for i, v in enumerate((100, 200, 400, 800)):
+        for seed in (0, 1):
+            fake_record(tmp_path, train={key: v}, seed=seed, optimum=-6 - 0.5 * i)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.axis == f"train.{key}" and g.scales == [100, 200, 400, 800]
+    assert all(isinstance(s, int) for s in g.scales)
+    assert g.drift == pytest.approx(-0.5) and g.verdict == "drifts down"
+    assert f"train.{key}" not in g.fixed and g.fixed["width"] == 64 and g.fixed["depth"] == 3
+    doc = analysis.summarize(tmp_path)
+    assert doc["groups"][0]["axis"] == f"train.{key}" and doc["groups"][0]["scales"] == [100, 200, 400, 800]
+
+
+def test_width_and_depth_keep_precedence_over_other_keys(tmp_path):
+    for w in (64, 128, 256):
+        for steps in (100, 200):
+            fake_record(tmp_path, width=w, train={"steps": steps}, optimum=-8)
+    gs = analysis.groups(analysis.load_runs(tmp_path))
+    assert [g.axis for g in gs] == ["width", "width"] and sorted(g.fixed["train.steps"] for g in gs) == [100, 200]
+    assert all(g.scales == [64, 128, 256] for g in gs)
+
+
+def test_of_two_other_keys_varying_together_the_first_by_name_is_the_axis(tmp_path):
+    for steps in (100, 200):
+        for batch in (8, 16, 32):
+            fake_record(tmp_path, train={"steps": steps, "batch_size": batch}, optimum=-8)
+    gs = analysis.groups(analysis.load_runs(tmp_path))
+    assert [g.axis for g in gs] == ["train.batch_size"] * 2 and [g.fixed["train.steps"] for g in gs] == [100, 200]
+
+
+def test_a_key_with_a_non_positive_value_is_no_axis(tmp_path):
+    for wd in (0.0, 0.1, 0.2):
+        fake_record(tmp_path, optim_keys={"weight_decay": wd}, optimum=-8)
+    gs = analysis.groups(analysis.load_runs(tmp_path))  # no doubling of 0: one scale per group, as before
+    assert [g.axis for g in gs] == ["width"] * 3 and sorted(g.fixed["optim.weight_decay"] for g in gs) == [0.0, 0.1, 0.2]
+
+
+def test_a_fractional_axis_keeps_its_values(tmp_path):
+    for i, wd in enumerate((0.25, 0.5, 1.0)):
+        fake_record(tmp_path, optim_keys={"weight_decay": wd}, optimum=-8 + i)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.axis == "optim.weight_decay" and g.scales == [0.25, 0.5, 1] and g.drift == pytest.approx(1.0)
 
 
 def test_diverged_points_never_win(tmp_path):
@@ -120,6 +165,31 @@ def test_plots_are_written(tmp_path):
     fake_record(tmp_path, width=128)
     paths = plots.save_figures(analysis.groups(analysis.load_runs(tmp_path)), tmp_path / "fig")
     assert paths and all(p.exists() and p.with_suffix(".pdf").exists() for p in paths)
+
+
+def test_figures_and_tables_name_another_axis(tmp_path, cli):
+    import matplotlib.pyplot as plt
+
+    from lrtransfer import plots
+
+    for i, steps in enumerate((100, 200, 400)):
+        fake_record(tmp_path, train={"steps": steps, "batch_size": 8}, optimum=-6 - i)
+    (family,) = plots.families(analysis.groups(analysis.load_runs(tmp_path)))
+    fig = plots.transfer_figure(family)
+    assert fig.axes[0].get_xlabel() == "train.steps (log scale)"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["100", "200", "400"]
+    assert "batch 8" in plots.description(family) and "steps" not in plots.description(family)
+    plt.close(fig)
+    lr = plots.lr_figure(family)
+    assert lr.axes[0].get_legend().get_title().get_text() == "train.steps"
+    plt.close(lr)
+    paths = plots.save_figures(family, tmp_path / "fig")
+    assert sorted(p.name for p in paths) == [f"study-mlp-teacher-train.steps-{k}.png" for k in ("curves", "lr-train_loss", "transfer-train_loss")]
+    assert all(p.with_name(p.name[:-4] + ".pdf").exists() for p in paths)
+    code, out, _ = cli("summary", str(tmp_path))
+    assert code == 0 and "per doubling of train.steps" in out and "┃ train.steps ┃ best log2 LR" in out
+    code, out, _ = cli("list", str(tmp_path))
+    assert code == 0 and "train.steps" in out and "100,200,400" in out
 
 
 # ----------------------------------------------------------------------------- sub-grid optimum

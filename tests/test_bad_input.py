@@ -43,7 +43,7 @@ CATALOGUE = [
      "unknown option 'tensorbord' for tracker (did you mean 'tensorboard'?); valid: mlflow, none, tensorboard, wandb"),
     ("unknown W&B mode", ["tracker=wandb", "tracker.mode=ofline"],
      "tracker.mode: Invalid value 'ofline', expected one of [offline, online]"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: depth, mnist1d, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, depth, horizon, mnist1d, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
@@ -253,11 +253,31 @@ def test_unwritable_results_dir(cli, tmp_path):
     assert code == 2 and "not writable" in err and str(target) in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", ["summary", "plot"])
+# `lrtransfer predict` on the finished study (one width: its verdict is undetermined)
+PREDICT = [
+    ("non-positive width", ["--width", "0"], "--width must be a positive number, got 0"),
+    ("non-positive scale", ["--at", "-4"], "--at must be a positive number, got -4"),
+    ("no scale", [], "give one scale to predict at: --width N, --depth N, or --at N"),
+    ("an axis the study lacks", ["--depth", "8"], "has the axis depth; its axes: width"),
+    ("an undetermined verdict", ["--width", "4096"], "its verdict is undetermined (width 16: "),
+]
+
+
+@pytest.mark.parametrize("case, args, fragment", [pytest.param(*c, id=c[0]) for c in PREDICT])
+def test_bad_predict_input(cli, finished, case, args, fragment):
+    before = {p: p.read_bytes() for p in finished.rglob("record.json")}
+    code, out, err = cli("predict", str(finished), *args)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], err
+    assert {p: p.read_bytes() for p in finished.rglob("record.json")} == before
+
+
+@pytest.mark.parametrize("command", ["summary", "plot", "predict"])
 def test_reading_a_folder_without_records(cli, tmp_path, command):
-    code, _, err = cli(command, str(tmp_path))
+    scale = ["--width", "64"] if command == "predict" else []
+    code, _, err = cli(command, str(tmp_path), *scale)
     assert code == 2 and "no finished records" in err
-    code, _, err = cli(command, str(tmp_path / "missing"))
+    code, _, err = cli(command, str(tmp_path / "missing"), *scale)
     assert code == 2 and "does not exist" in err
 
 

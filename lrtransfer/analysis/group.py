@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from lrtransfer.analysis.grouping import partition
+from lrtransfer.analysis.grouping import partition, scale_value
 from lrtransfer.analysis.joint import Joint, best_values
 from lrtransfer.analysis.joint import warnings_of as joint_warnings
 from lrtransfer.analysis.records import maximizes, plain
@@ -41,8 +41,8 @@ class Group:
     """One family of LR curves and everything `summary` says about it."""
 
     fixed: dict
-    axis: str
-    scales: list[int]
+    axis: str  # the config key the scales are values of: width, depth, train.steps, ...
+    scales: list[int | float]
     best_log2_lr: list[float | None]  # sub-grid optimum per scale
     best_loss: list[float | None]  # best measured mean (at grid_best_log2_lr)
     drift: float | None
@@ -56,7 +56,7 @@ class Group:
     n_runs: list[int] = field(default_factory=list)
     n_diverged: list[int] = field(default_factory=list)
     drift_ci: list[float] | None = None
-    drift_scales: list[int] = field(default_factory=list)
+    drift_scales: list[int | float] = field(default_factory=list)
     interval_method: str | None = None
     verdict: str = "undetermined"
     transfer_log2_lr: float | None = None
@@ -107,7 +107,7 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
     """Optima, drift with its interval, verdict and transfer cost of one group's runs."""
     maximize = maximizes(metric)
     cv = curves(sub, axis, metric)
-    scales = sorted(int(s) for s in cv["scale"].unique())
+    scales = sorted(scale_value(s) for s in cv["scale"].unique())
     seeds, tables = seed_tables(sub, axis, metric, scales)
     opt = scale_optima(cv, scales, maximize)
     warn = grid_warnings(axis, scales, opt)

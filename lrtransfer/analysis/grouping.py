@@ -1,12 +1,21 @@
 """Grouping: which runs form one family of LR curves, and which keys name it.
 
-A *group* is a family of LR curves equal in everything but the scale axis
-(`width` or `depth`) and the seed. Its `fixed` values name it: the usual
-identity keys (`SHOWN`) and whatever varies between groups.
+A *group* is a family of LR curves equal in everything but the scale axis and
+the seed. Its `fixed` values name it: the usual identity keys (`SHOWN`) and
+whatever varies between groups.
+
+The scale axis is one mechanism for every key: the first candidate (`width`,
+`depth`, then every other positive numeric config key by name) that takes more
+than one value among runs equal in every other key. So width and depth keep
+their precedence, and a study whose curves differ only in `train.steps`,
+`train.batch_size` or `data.train_size` is read along that key.
 """
 
 from __future__ import annotations
 
+from numbers import Real
+
+import numpy as np
 import pandas as pd
 
 from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, plain
@@ -31,12 +40,32 @@ def config_columns(df: pd.DataFrame) -> list[str]:
 
 
 def scale_axis(df: pd.DataFrame) -> str:
-    """The axis that varies within groups: width if it varies, else depth."""
-    for axis in SCALE_AXES:
-        keys = [c for c in config_columns(df) if c != axis]
-        if (df.groupby(keys, dropna=False)[axis].nunique() > 1).any():
+    """The key that varies within groups: the first of `axis_candidates` that takes more than one
+    value among runs equal in every other config key; width when none does (one scale per group)."""
+    columns = config_columns(df)
+    for axis in axis_candidates(df, varying(df, columns)):
+        keys = [c for c in columns if c != axis]
+        if not keys or (df.groupby(keys, dropna=False)[axis].nunique() > 1).any():
             return axis
     return SCALE_AXES[0]
+
+
+def axis_candidates(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The keys of `keys` that can be a scale axis, in precedence order: `SCALE_AXES` first, then
+    the others by name. A candidate's every value is a positive number (its drift is per doubling,
+    on log2 of the key), where the key is set."""
+    def positive_numbers(c: str) -> bool:
+        v = df[c].dropna()
+        return bool(len(v)) and all(isinstance(x, Real) and not isinstance(x, (bool, np.bool_)) and x > 0 for x in v)
+
+    ok = [c for c in keys if positive_numbers(c)]
+    return [a for a in SCALE_AXES if a in ok] + sorted(c for c in ok if c not in SCALE_AXES)
+
+
+def scale_value(v) -> int | float:
+    """A scale as a plain number: an integer when it is one (width 64, train.steps 300), else a float."""
+    v = float(v)
+    return int(v) if v.is_integer() else v
 
 
 def partition(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
@@ -51,8 +80,10 @@ def partition(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
 def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
     df = df.dropna(axis=1, how="all")  # keys no job of this study has (other studies' options), or all null
     axis = scale_axis(df)
+    if axis not in SCALE_AXES:  # records hold config values as written: the axis' become numbers to sort and fit
+        df = df.assign(**{axis: pd.to_numeric(df[axis])})
     keys = [c for c in config_columns(df) if c != axis]
-    shown = [*SHOWN, *(a for a in SCALE_AXES if a != axis)]
+    shown = [k for k in (*SHOWN, *SCALE_AXES) if k != axis]
     shown += [c for c in varying(df, keys) if c not in shown]
     out = []
     for _, sub in df.groupby(keys, dropna=False, sort=True):

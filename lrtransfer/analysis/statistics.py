@@ -27,6 +27,7 @@ wins).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -109,6 +110,10 @@ class Fit:
     band_x: np.ndarray  # log2 scale
     band_lo: np.ndarray
     band_hi: np.ndarray
+    # What the fit was made of, for a prediction at a new scale (`prediction`):
+    x: np.ndarray | None = None  # (n,) log2 scales fitted
+    y: np.ndarray | None = None  # (n,) their optima
+    resampled: np.ndarray | None = None  # (B, n) resampled optima, deviations from `y` already inflated
 
 
 def drift(scales: list[float], best: list[float | None]) -> float | None:
@@ -132,8 +137,10 @@ def _slopes(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, y.mean(1) - slope * x.mean()
 
 
+@functools.lru_cache(maxsize=64)
 def t_quantile(p: float, df: int) -> float:
-    """Quantile of Student's t (p > 0.5), by bisection on its CDF integrated numerically."""
+    """Quantile of Student's t (p > 0.5), by bisection on its CDF integrated numerically (cached: a
+    coverage check asks for the same few thousands of times)."""
     c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
 
     def cdf(t: float) -> float:
@@ -232,12 +239,16 @@ def drift_fit(x: np.ndarray, y: np.ndarray, boot: np.ndarray | None, method: str
     ols = _ols(x, y)
     if ols is None:
         return None
+    y = np.asarray(y, dtype=float)
     fit = None if boot is None else _percentile_fit(x, boot, *ols, method, inflate)
-    resid = _residual_fit(x, np.asarray(y, dtype=float), *ols)
+    resid = _residual_fit(x, y, *ols)
     if _width(resid) > _width(fit):
         fit = resid
     if fit is None:
         fit = Fit(*ols, None, None, x, np.full(len(x), np.nan), np.full(len(x), np.nan))
+    fit.x, fit.y = np.asarray(x, dtype=float), y
+    if boot is not None:
+        fit.resampled = y + inflate * (boot - y)
     return fit
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from lrtransfer.analysis.group import Group, groups
-from lrtransfer.analysis.grouping import partition, telling_keys
+from lrtransfer.analysis.grouping import partition, scale_value, telling_keys
 from lrtransfer.analysis.joint import joint_dict
 from lrtransfer.analysis.records import load_runs, plain
 from lrtransfer.analysis.statistics import CONFIDENCE, TOLERANCE
@@ -55,7 +55,7 @@ def overview(runs: pd.DataFrame) -> tuple[list[dict], dict]:
             "study": str(fixed.get("study")),
             "group": "  ".join(f"{k}={fixed[k]}" for k in varying if k in fixed) or "-",
             "axis": axis,
-            "scales": [int(s) for s in sorted(sub[axis].unique())],
+            "scales": [scale_value(s) for s in sorted(sub[axis].unique())],
             "jobs": int(sub["job_id"].nunique()),
             "runs": int(len(sub)),
             "diverged": int(sub["diverged"].sum()),

@@ -1,0 +1,248 @@
+"""Prediction: the optimal LR a group's fitted drift gives at a scale not measured, and what
+using the smallest scale's best LR would cost there.
+
+Reads analysed groups (`group.Group`), never records or the engine.
+
+**The optimum.** The drift is the least-squares line through the measured optima y_i (sub-grid,
+log2 LR) at x_i = log2 scale_i. Its model: y_i = a + b x_i + e_i, the e_i independent with one
+variance sigma^2 (a measured optimum's seed noise plus its scale's own departure from the line:
+grid effects, curvature). A new measurement at x0 is y0 = a + b x0 + e0 with e0 independent of
+the fit, so its error from the prediction yhat0 = ahat + bhat x0 is e0 - (ahat - a) - (bhat - b) x0,
+of variance sigma^2 (1 + 1/n + (x0 - xbar)^2 / Sxx); with s^2 (n - 2 degrees of freedom) for
+sigma^2, (y0 - yhat0) / (s sqrt(...)) is Student's t with n - 2 df. That is the classical
+*prediction* interval. The drift plot's band lacks the 1: it covers the line (where the mean of
+endless re-measurements at x0 lies), not the optimum one more job measures.
+
+The same model with the bootstrap the drift's interval uses (seeds resampled, or one seed's curve
+noise): each resampled line gives the fit's error at x0, and a new optimum's own error e0 is drawn
+independently of it from the resampled optima's deviations at the measured scales (how far
+measuring a scale again moves its optimum); the percentiles of their sum bound y0. As for the
+drift, the wider of the two intervals is given: the bootstrap misses noise a seed shares across
+its LRs, the scatter needs three scales and a straight line (`statistics.drift_fit`).
+`tests/test_prediction.py` fabricates studies with a known truth and counts the coverage.
+Both intervals take the straight line as the truth; `curvature` tests that (a parabola's
+curvature, t with n - 3 df) and `predict` warns when the optima bend.
+
+**The penalty.** What a new scale gives up by training at the smallest scale's best grid LR t
+instead of its own optimum. If the optimum moves linearly in log2 scale (the drift's model) and
+the loss is quadratic in log2 LR near its optimum with a curvature that does not change with
+scale, the penalty grows as k (x - x_1)^2. k is fitted by least squares through the origin to
+the measured costs of the other scales (u_i = (x_i - x_1)^2); at u0 the prediction interval is
+k u0 +- t_{m-1} s sqrt(1 + u0^2 / sum u_i^2) from the scatter of the m costs about the model
+(m >= 2), else k's standard error propagated from the costs' standard errors over seeds (a
+normal interval, with no term for the new point's own noise, which one cost cannot measure).
+A penalty is never negative, so the interval is cut at 0. No penalty is predicted where a
+measured scale already diverges at t: the model has nothing finite to extrapolate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lrtransfer.analysis.group import Group
+from lrtransfer.analysis.statistics import CONFIDENCE, t_quantile
+from lrtransfer.errors import UserError
+
+BEYOND = 4.0  # a warning when the new scale exceeds this multiple of the largest measured
+_Z = 1.959963984540054  # the normal's 97.5% quantile
+
+
+@dataclass
+class Prediction:
+    """One group's prediction at scale `at` of its axis."""
+
+    fixed: dict
+    axis: str
+    at: float
+    scales: list  # the scales measured
+    drift: float
+    drift_ci: list[float] | None
+    log2_lr: float  # the optimum the line gives at `at`
+    log2_lr_interval: list[float]  # 95% prediction interval for the optimum measured at `at`
+    lr: float
+    lr_interval: list[float]
+    interval_method: str
+    transfer_log2_lr: float | None  # the smallest scale's best grid LR
+    penalty: float | None  # loss given up at `at` by using it
+    penalty_interval: list[float] | None
+    penalty_method: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_scale(at: float, name: str = "the scale") -> None:
+    if not at > 0 or not math.isfinite(at):
+        raise UserError(f"{name} must be a positive number, got {at:g}")
+
+
+def predict_groups(groups: list[Group], at: float, axis: str | None = None, *, name: str = "the scale",
+                   where: str = "the results") -> tuple[list[Prediction], list[str]]:
+    """Predictions at `at` for the groups on `axis` (every group when None), and a message per group
+    skipped for an undetermined verdict. Raises UserError (named `name`, e.g. "--width") for a bad
+    scale, an axis no group has, or when no group can be predicted."""
+    check_scale(at, name)
+    axes = sorted({g.axis for g in groups})
+    chosen = [g for g in groups if axis is None or g.axis == axis]
+    if not chosen:
+        raise UserError(f"no group under {where} has the axis {axis}; its axes: {', '.join(axes)} "
+                        f"(--width N, --depth N, or --at N --axis KEY for any)")
+    preds, skipped = [], []
+    for g in chosen:
+        try:
+            preds.append(predict(g, at))
+        except UserError as e:
+            if len(chosen) == 1:
+                raise
+            skipped.append(f"skipped {e}")
+    if not preds:
+        raise UserError(f"every group under {where} has the verdict undetermined; nothing to predict from")
+    return preds, skipped
+
+
+def predict(g: Group, at: float, *, rng: np.random.Generator | None = None) -> Prediction:
+    """The optimum and the transfer penalty of group `g` at scale `at` (raises UserError if `g` has no fit)."""
+    check_scale(at)
+    if g.verdict == "undetermined" or g.fit is None or g.fit.ci is None:
+        why = g.warnings[0] if g.warnings else "no drift interval"
+        raise UserError(f"group {g.label}: its verdict is undetermined ({why}); nothing to predict from")
+    rng = rng or np.random.default_rng(0)
+    x0 = math.log2(at)
+    y0, lo, hi, method = optimum_interval(g.fit, x0, rng)
+    warn = []
+    top = max(g.scales)
+    if at > BEYOND * top:
+        warn.append(f"{g.axis} {at:g} is beyond {BEYOND:g}x the largest {g.axis} measured ({top:g}): "
+                    f"{math.log2(at / top):.1f} doublings of extrapolation on a straight line")
+    bend = curvature(g.fit.x, g.fit.y, x0)
+    if bend is not None:
+        c, (clo, chi), q, (qlo, qhi) = bend
+        if clo > 0 or chi < 0:
+            warn.append(f"the optima bend: curvature {c:+.3f} [{clo:+.3f}, {chi:+.3f}] octaves per doubling^2, so the "
+                        f"drift {'steepens' if c < 0 else 'flattens'} with {g.axis} and the straight line's interval "
+                        f"assumes it does not; a parabola in log2 {g.axis} gives {q:+.2f} [{qlo:+.2f}, {qhi:+.2f}] "
+                        "(extrapolating a bend is riskier still: measure a larger scale)")
+    pen = penalty(g, x0)
+    if isinstance(pen, str):
+        warn.append(pen)
+        pen = None
+    return Prediction(
+        fixed=g.fixed, axis=g.axis, at=at, scales=list(g.scales), drift=g.fit.slope,
+        drift_ci=list(g.fit.ci), log2_lr=y0, log2_lr_interval=[lo, hi], lr=2.0**y0, lr_interval=[2.0**lo, 2.0**hi],
+        interval_method=method, transfer_log2_lr=g.transfer_log2_lr,
+        penalty=None if pen is None else pen[0], penalty_interval=None if pen is None else [pen[1], pen[2]],
+        penalty_method=None if pen is None else pen[3], warnings=warn,
+    )
+
+
+def optimum_interval(fit, x0: float, rng: np.random.Generator) -> tuple[float, float, float, str]:
+    """The line's value at `x0` and the wider of the two 95% prediction intervals (module docstring)."""
+    y0 = fit.intercept + fit.slope * x0
+    best = None
+    scatter = residual_interval(fit.x, fit.y, x0)
+    if scatter is not None:
+        best = (*scatter, f"least squares on the scatter of the optima about the line (t, {len(fit.x) - 2} df)")
+    boot = bootstrap_interval(fit.x, fit.y, fit.resampled, x0, rng)
+    if boot is not None and (best is None or boot[1] - boot[0] > best[1] - best[0]):
+        best = (*boot, "bootstrap: resampled line plus a resampled optimum's own deviation")
+    if best is None:  # drift_fit gave an interval, so one of the two exists; be safe all the same
+        raise UserError("no prediction interval: too few scales and no resampled optima")
+    return (y0, *best)
+
+
+def residual_interval(x: np.ndarray, y: np.ndarray, x0: float) -> tuple[float, float] | None:
+    """Classical 95% prediction interval for a new y at `x0` under y = a + b x + e (n >= 3)."""
+    n = len(x)
+    if n < 3:
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    resid = y - (intercept + slope * x)
+    s2 = float(resid @ resid) / (n - 2)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    half = t_quantile((1 + CONFIDENCE) / 2, n - 2) * math.sqrt(s2 * (1 + 1 / n + (x0 - x.mean()) ** 2 / sxx))
+    y0 = float(intercept + slope * x0)
+    return y0 - half, y0 + half
+
+
+def bootstrap_interval(x, y, resampled, x0: float, rng: np.random.Generator) -> tuple[float, float] | None:
+    """95% prediction interval at `x0` from resampled optima `resampled` (B, n), deviations inflated:
+    a resampled line's error at x0 plus, independently, one resampled optimum's deviation."""
+    if resampled is None:
+        return None
+    ok = np.isfinite(resampled).all(1)
+    if ok.sum() < 0.5 * len(resampled):
+        return None
+    r = resampled[ok]  # (B, n)
+    xc = x - x.mean()
+    slope = (r - r.mean(1, keepdims=True)) @ xc / (xc @ xc)  # (B,)
+    at_x0 = r.mean(1) + slope * (x0 - x.mean())  # (B,) each resampled line at x0
+    b, n = r.shape
+    own = (r - y)[rng.permutation(b), rng.integers(0, n, b)]  # (B,) a new optimum's deviation, drawn apart
+    q = ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2)
+    lo, hi = np.quantile(at_x0 + own, q)
+    return float(lo), float(hi)
+
+
+def curvature(x: np.ndarray, y: np.ndarray, x0: float):
+    """Is the straight line the right model? The parabola y = a + b x + c x^2 through the optima
+    (n >= 4): c with its 95% interval (t, n - 3 df), and the parabola's value at `x0` with its
+    prediction interval; None with fewer than four scales. Under a straight truth the interval
+    excludes 0 in 5% of studies; the default study's optima bend (README, "Predicting ...")."""
+    n = len(x)
+    if n < 4:
+        return None
+    xc = x - x.mean()
+    design = np.stack([np.ones(n), xc, xc**2], 1)  # (n, 3)
+    beta = np.linalg.lstsq(design, y, rcond=None)[0]
+    r = y - design @ beta
+    s2 = float(r @ r) / (n - 3)
+    inv = np.linalg.inv(design.T @ design)
+    t = t_quantile((1 + CONFIDENCE) / 2, n - 3)
+    half_c = t * math.sqrt(s2 * inv[2, 2])
+    v = np.array([1.0, x0 - x.mean(), (x0 - x.mean()) ** 2])
+    q = float(v @ beta)
+    half_q = t * math.sqrt(s2 * (1 + v @ inv @ v))
+    c = float(beta[2])
+    return c, (c - half_c, c + half_c), q, (q - half_q, q + half_q)
+
+
+def penalty(g: Group, x0: float) -> tuple[float, float, float, str] | str | None:
+    """(penalty, low, high, model) at log2 scale `x0`; a message where none can be given; None
+    when the group has no transferred LR."""
+    if g.transfer_log2_lr is None:
+        return None
+    x = np.log2(np.array(g.scales, dtype=float))
+    for s, c in zip(g.scales, g.transfer_cost):
+        if c is None:
+            return (f"no penalty: {g.axis} {s:g} has no finite loss at the smallest {g.axis}'s best LR "
+                    f"(log2 {g.transfer_log2_lr:g}); expect the same or worse beyond it")
+    u = (x[1:] - x[0]) ** 2  # (m,)
+    c = np.array(g.transfer_cost[1:], dtype=float)
+    se = np.array([math.nan if v is None else v for v in g.transfer_cost_se[1:]], dtype=float)
+    suu = float(u @ u)
+    k = float(u @ c) / suu
+    u0 = (x0 - x[0]) ** 2
+    value = k * u0
+    m = len(u)
+    model = f"penalty = k (log2 {g.axis} - log2 {g.scales[0]:g})^2, k fitted to {m} measured cost(s)"
+    if m >= 2:
+        s2 = float(((c - k * u) ** 2).sum()) / (m - 1)
+        half = t_quantile((1 + CONFIDENCE) / 2, m - 1) * math.sqrt(s2 * (1 + u0 * u0 / suu))
+        how = f"; interval: scatter about the model (t, {m - 1} df)"
+    else:
+        half = math.nan
+        how = ""
+    if np.isfinite(se).all():  # k's standard error from the costs' own (seed) standard errors
+        half_se = _Z * math.sqrt(float((u * u) @ (se * se))) / suu * u0
+        if not half >= half_se:  # NaN (one cost) or narrower
+            half, how = half_se, "; interval: the costs' standard errors over seeds, propagated (normal)"
+    if not math.isfinite(half):
+        return "no penalty interval: one measured cost without a standard error (add seeds or scales)"
+    return value, max(0.0, value - half), value + half, model + how
+
+
+def prediction_dict(p: Prediction) -> dict:
+    from lrtransfer.analysis.records import plain
+
+    return {k: plain(getattr(p, k)) for k in p.__dataclass_fields__}
