@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from lrtransfer import options
 from lrtransfer.config import Config, Engine, Train, model_activation
 from lrtransfer.data import Task
 from lrtransfer.errors import UserError
 from lrtransfer.model.layers import Module
-from lrtransfer.param import Parameterization, parameterization_class
+from lrtransfer.param import Parameterization, Slot, parameterization_class
 from lrtransfer.schema import Activation
 
 # train.dtype -> the dtype of weights, optimizer state and losses
@@ -69,8 +68,10 @@ def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Seque
     return net
 
 
-def optimizer(cfg: Config, tensors: Sequence[Tensor]):
-    return options.module("optim", cfg.optim.name).Optimizer(cfg.optim, tensors)
+def optimizer(cfg: Config, slots: Sequence[Slot]):
+    """The optimizer of `cfg.optim` for the parameterization's slots: each trained tensor with
+    its atom (role, fan_in, fan_out), so a matrix optimizer knows which tensors are hidden matrices."""
+    return options.module("optim", cfg.optim.name).Optimizer(cfg.optim, slots)
 
 
 def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
@@ -88,7 +89,7 @@ class Built:
     dtype: torch.dtype
     new_param: Callable[[], Parameterization]
     new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
-    new_optimizer: Callable[[Sequence[Tensor]], Any]
+    new_optimizer: Callable[[Sequence[Slot]], Any]  # the parameterization's slots -> an optimizer
     optim: Any  # the optimizer's options, whose weight decay the parameterization applies
 
 
@@ -103,6 +104,15 @@ def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = 
         task=the_task, train=cfg.train, engine=cfg.engine, device=device, dtype=dtype,
         new_param=lambda: parameterization(cfg),
         new_model=lambda param, runs: model(cfg, param, runs=runs, input_shape=shape, output_dim=classes),
-        new_optimizer=lambda tensors: optimizer(cfg, tensors),
+        new_optimizer=lambda slots: optimizer(cfg, slots),
         optim=cfg.optim,
     )
+
+
+def check(built: Built) -> None:
+    """Build the parameterization, a one-run model and the optimizer on the meta device
+    (nothing allocated), so that a builder's refusal (optim=muon on a model without a
+    hidden matrix) is a one-line error before any job trains."""
+    with torch.device("meta"):
+        param = built.new_param()
+        built.new_optimizer(param.slots(built.new_model(param, 1)))

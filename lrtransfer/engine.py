@@ -295,7 +295,7 @@ class Ensemble:
         self.model.to(device=device, dtype=dtype)
         self.slots = self.param.slots(self.model)
         self.tensors = [s.tensor for s in self.slots]
-        self.opt = built.new_optimizer(self.tensors)
+        self.opt = built.new_optimizer(self.slots)
 
         seeds = list(dict.fromkeys(r.seed for r in runs))
         self.gens = [torch.Generator(device=device).manual_seed(data_seed(s)) for s in seeds]

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from lrtransfer.model.layers import Atom
 from lrtransfer.param.base import Parameterization
-from lrtransfer.schema import ADAPTIVE, GRADIENT, Grid, positive
+from lrtransfer.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, Grid, positive
 
 
 class EqualizedScale(str, Enum):
@@ -50,7 +50,7 @@ class EqualizedScale(str, Enum):
 
 @dataclass
 class EqualizedOptions:
-    LR_GRIDS: ClassVar[dict[str, Grid]] = {ADAPTIVE: Grid(-11, -1), GRADIENT: Grid(-5, 5)}
+    LR_GRIDS: ClassVar[dict[str, Grid]] = {ADAPTIVE: Grid(-11, -1), GRADIENT: Grid(-5, 5), ORTHOGONALIZED: Grid(-8, 2)}
 
     name: str = "equalized"
     gain: float = math.sqrt(2.0)  # c = gain * sqrt(1 / fan_in)

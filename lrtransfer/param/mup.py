@@ -47,8 +47,8 @@ import torch
 from torch import Tensor
 
 from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Atom
-from lrtransfer.param.base import Parameterization
-from lrtransfer.schema import ADAPTIVE, GRADIENT, ConfigError, positive
+from lrtransfer.param.base import Parameterization, tensor_update
+from lrtransfer.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive
 
 
 @dataclass
@@ -71,6 +71,13 @@ class MupOptions:
         if not self.depth_exponent >= 0:
             raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
 
+    def check_with(self, cfg) -> None:
+        """muP's rule for orthogonalised hidden updates (LR x 1) holds only when their
+        spectral norm does not grow with the width (`width_growth` of the optimizer's options)."""
+        growth = getattr(cfg.optim, "width_growth", lambda: None)()
+        if growth is not None:
+            raise ConfigError(f"param=mup has no sound rule for {growth}")
+
 
 OPTIONS = MupOptions
 
@@ -80,6 +87,8 @@ LR_POWERS = {
              (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 0},
     GRADIENT: {(INPUT, "weight"): 1, (HIDDEN, "weight"): 0, (OUTPUT, "weight"): 1,
             (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1},
+    # Muon's orthogonalised hidden matrices (every other tensor is ADAPTIVE: `tensor_update`)
+    ORTHOGONALIZED: {(HIDDEN, "weight"): 0},
 }
 
 
@@ -130,7 +139,7 @@ class MuP(Parameterization):
         return b * math.sqrt(self.fan_in_mult(atom))
 
     def lr_multiplier(self, atom: Atom, name: str) -> float:
-        return self.m ** LR_POWERS[self.update][(atom.role, name)]
+        return self.m ** LR_POWERS[tensor_update(self.update, atom, name)][(atom.role, name)]
 
     def attention_scale(self, d_head: int) -> float:
         """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling
