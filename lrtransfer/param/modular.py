@@ -51,7 +51,9 @@ trunk's own mass (the model passes it to `residual_stack`: 5 for the transformer
 as Modula's GPT; 1 otherwise) times `param.blocks_mass`.
 
 The LR is a target norm, the same for every optimizer, so the grid is this
-parameterization's own (`LR_GRIDS`).
+parameterization's own (`LR_GRIDS`). Under Muon the orthogonalised direction of a hidden
+matrix is normalised (or dualised) to its target like any other: Muon's scale and
+`adam_lr_ratio` cancel, Muon supplies only the direction.
 
 A new kind of atom plugs in with one `AtomRule` in `RULES` (its norm, forward
 multiplier and initialisation), keyed by the atom's `kind`.

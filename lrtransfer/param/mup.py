@@ -33,6 +33,12 @@ for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
 (`attention_scale`, equal to SP's at the base width) and zero-initialised queries
 (atoms tagged "query", `zero_query`). Weight decay stays decoupled from the LR
 unless `optim.decay_scaling=lr` asks otherwise; then it follows each tensor's LR.
+Under Muon (`ORTHOGONALIZED`), hidden matrices get LR x 1: the orthogonalised update's
+spectral norm is ~1 at every width (`optim.scale=jordan` or `spectral`), what muP asks
+of a hidden matrix (Yang, Simon and Bernstein's spectral condition); every other tensor
+is Adam-updated and follows the `ADAPTIVE` rules. `optim.scale=moonlight` makes the
+hidden update's spectral norm grow as sqrt(width): no rule of muP's applies, and it is
+refused (`check_with`).
 Depth (which `mup` lacks): residual branches are multiplied by L^-depth_exponent
 (0.5: depth-muP's 1/sqrt(L)); the default 0 leaves depth as SP has it.
 """
