@@ -46,7 +46,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from lrtransfer.linalg import RMS, Spectral, as_matrices, run_view
+from lrtransfer.linalg import RMS, Spectral, as_matrices
 from lrtransfer.model.layers import Atom, Module
 from lrtransfer.param.base import Parameterization, Slot
 from lrtransfer.param.modular import NormEstimate, orthogonal
