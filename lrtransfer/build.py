@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from lrtransfer import options
 from lrtransfer.config import Config, Engine, Train, model_activation
 from lrtransfer.data import Task
 from lrtransfer.errors import UserError
 from lrtransfer.model.layers import Module
-from lrtransfer.param import Parameterization, parameterization_class
+from lrtransfer.param import Parameterization, Slot, parameterization_class
 from lrtransfer.schema import Activation
 
 # train.dtype -> the dtype of weights, optimizer state and losses
@@ -77,8 +76,10 @@ def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Seque
     return net
 
 
-def optimizer(cfg: Config, tensors: Sequence[Tensor], values: dict | None = None):
-    return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), tensors)
+def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
+    """The optimizer of `cfg.optim` for the parameterization's slots: each trained tensor with
+    its atom (role, fan_in, fan_out), so a matrix optimizer knows which tensors are hidden matrices."""
+    return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), slots)
 
 
 def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
@@ -98,7 +99,7 @@ class Built:
     # `engine.per_run_values`; none by default), which replace those keys' scalars.
     new_param: Callable[..., Parameterization]  # (values) -> a parameterization
     new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
-    new_optimizer: Callable[..., Any]  # (tensors, values) -> an optimizer
+    new_optimizer: Callable[..., Any]  # (slots, values) -> an optimizer for the parameterization's slots
     optim_options: Callable[..., Any]  # (values) -> the optimizer's options, whose weight decay the parameterization applies
 
 
@@ -113,6 +114,15 @@ def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = 
         task=the_task, train=cfg.train, engine=cfg.engine, device=device, dtype=dtype,
         new_param=lambda values=None: parameterization(cfg, values),
         new_model=lambda param, runs: model(cfg, param, runs=runs, input_shape=shape, output_dim=classes),
-        new_optimizer=lambda tensors, values=None: optimizer(cfg, tensors, values),
+        new_optimizer=lambda slots, values=None: optimizer(cfg, slots, values),
         optim_options=lambda values=None: per_run(cfg.optim, "optim", values),
     )
+
+
+def check(built: Built) -> None:
+    """Build the parameterization, a one-run model and the optimizer on the meta device
+    (nothing allocated), so that a builder's refusal (optim=muon on a model without a
+    hidden matrix) is a one-line error before any job trains."""
+    with torch.device("meta"):
+        param = built.new_param()
+        built.new_optimizer(param.slots(built.new_model(param, 1)))

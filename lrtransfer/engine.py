@@ -301,7 +301,7 @@ class Ensemble:
         self.model.to(device=device, dtype=dtype)
         self.slots = self.param.slots(self.model)
         self.tensors = [s.tensor for s in self.slots]
-        self.opt = built.new_optimizer(self.tensors, self.values)
+        self.opt = built.new_optimizer(self.slots, self.values)
         self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
 
         seeds = list(dict.fromkeys(r.seed for r in runs))

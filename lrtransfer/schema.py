@@ -40,7 +40,7 @@ INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequen
 # grid) reads the kind, never the optimizer's name.
 ADAPTIVE = "adaptive"  # scale-free per coordinate, like Adam: m / sqrt(v)
 GRADIENT = "gradient"  # proportional to the gradient, like SGD (with momentum)
-ORTHOGONALIZED = "orthogonalized"  # an orthogonalised matrix, like Muon (none yet)
+ORTHOGONALIZED = "orthogonalized"  # an orthogonalised matrix, like Muon (its other tensors: ADAPTIVE, `param.base.tensor_update`)
 UPDATE_KINDS = (ADAPTIVE, GRADIENT, ORTHOGONALIZED)
 
 

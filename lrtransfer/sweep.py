@@ -172,7 +172,8 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
 
 
 def _check_memory(typed, tasks: dict) -> None:
-    """Refuse a job whose single run cannot fit in memory (see `engine.check_fits`), before any trains."""
+    """Refuse a job whose single run cannot fit in memory (see `engine.check_fits`), or whose
+    optimizer refuses its model (`build.check`), before any trains."""
     import torch
 
     from lrtransfer import build
@@ -185,6 +186,7 @@ def _check_memory(typed, tasks: dict) -> None:
         tasks[key] = build.task(typed, torch.device("cpu"), dtype)
     built = build.job(typed, device, data=tasks[key])
     check_fits(built, f"width={typed.width} depth={typed.depth} train.batch_size={typed.train.batch_size}")
+    build.check(built)
 
 
 def check_writable(folder: Path) -> None:

@@ -23,7 +23,7 @@ def test_the_docs_example_runs(tmp_path):
     assert lines[:2] == ["missing width=16 100 run-steps", "missing width=32 100 run-steps"]
     assert "ran 2 skipped 0 failed 0" in lines
     assert any(line.startswith("best log2 LR per width: {16: ") for line in lines)
-    assert "UserError: unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, sgd" in lines
+    assert "UserError: unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, muon, sgd" in lines
 
 
 def test_import_stays_light():

@@ -18,7 +18,7 @@ NO_CUDA = not torch.cuda.is_available()
 # (case, sweep arguments, the fragment the one-line error must contain)
 CATALOGUE = [
     ("unknown group option", ["model=perceiver"], "unknown option 'perceiver' for model; valid: cnn, cnn1d, custom, mlp, resnet, resnet_cnn, transformer"),
-    ("misspelt group option", ["optim=adamw"], "unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, sgd"),
+    ("misspelt group option", ["optim=adamw"], "unknown option 'adamw' for optim (did you mean 'adam'?); valid: adam, muon, sgd"),
     ("unknown key", ["widht=64"], "unknown key 'widht' (did you mean 'width'?)"),
     ("unknown nested key", ["train.stpes=3"], "unknown key 'train.stpes' in 'train' (did you mean 'steps'?)"),
     ("wrong type", ["width=abc"], "width: Value 'abc' of type 'str' could not be converted to Integer"),
@@ -61,6 +61,15 @@ CATALOGUE = [
      "model.activation: Invalid value 'scaled_tanh', expected one of [auto, relu, gelu, tanh, scaled_relu, scaled_gelu]"),
     ("unknown sensitivity convention", ["param=modular", "param.sensitivity=x"],
      "param.sensitivity: Invalid value 'x', expected one of [modula, lipschitz]"),
+    ("Muon on a model without a hidden matrix", ["optim=muon", "depth=2"],
+     "optim=muon orthogonalises hidden matrices (width -> width weights), but this model has none; "
+     "give it a hidden layer (model=mlp: depth >= 3) or use optim=adam"),
+    ("unknown Muon scale", ["optim=muon", "optim.scale=keller"],
+     "optim.scale: Invalid value 'keller', expected one of [jordan, moonlight, spectral]"),
+    ("zero Newton-Schulz steps", ["optim=muon", "optim.ns_steps=0"], "optim.ns_steps must be positive, got 0"),
+    ("muP with Muon's moonlight scale", ["optim=muon", "optim.scale=moonlight", "param=mup"],
+     "param=mup has no sound rule for optim.scale=moonlight, whose hidden updates' spectral norm grows as sqrt(width)"),
+    ("spectral init of norm 0", ["param=spectral", "param.sigma=0"], "param.sigma must be positive, got 0.0"),
     ("missing config dir", ["--config-dir", "{tmp}/nope"], "config directory"),
     ("YAML error in a config file", ["--config-dir", "{yaml_dir}", "model=broken"], "YAML error in {yaml_dir}/model/broken.yaml, line"),
     # values the schema types accept but that mean nothing (issue 15)
@@ -147,7 +156,7 @@ CATALOGUE = [
      "param.depth_exponent=0.5 multiplies the residual branches a built-in model makes; model=custom's branches are inside your module"),
     ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
      "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
-     "parameterizations that work: equalized, mup, standard"),
+     "parameterizations that work: equalized, mup, spectral, standard"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]

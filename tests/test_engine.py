@@ -59,7 +59,7 @@ def test_optimizer_steps_equal_torch_optim(optim, torch_opt):
     kwargs = {"momentum": 0.9} if optim == "sgd" else {"eps": 1e-8}
     ref_opt = getattr(torch.optim, torch_opt)(ref.parameters(), lr=lr, **kwargs)
     slots = param.slots(model)
-    opt = build_optimizer(cfg, [s.tensor for s in slots])
+    opt = build_optimizer(cfg, slots)
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
         x = torch.randn(8, 32, generator=gen, dtype=torch.float64)

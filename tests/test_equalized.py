@@ -89,7 +89,7 @@ def effective_first_step(param_name: str, width: int) -> float:
     slots = param.slots(model)
     hidden = next(a for a in model.atoms() if a.role == "hidden")
     before = hidden.weight.detach().clone() * hidden.weight_mult
-    opt = build_optimizer(cfg, [s.tensor for s in slots])
+    opt = build_optimizer(cfg, slots)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(64, 32, generator=gen, dtype=torch.float64)
     y = torch.randint(0, 10, (64,), generator=gen)

@@ -23,14 +23,16 @@ def runs_of(folder: Path) -> dict[str, list]:
 
 
 @pytest.mark.parametrize(
-    "batched, data, param",
-    # modular: the power iteration's warm start is state too, saved with the checkpoint
-    [(True, "teacher", "standard"), (False, "teacher", "standard"), (True, "cifar10", "standard"),
-     (True, "teacher", "modular")],
+    "batched, data, param, optim",
+    # modular, spectral: the power iteration's warm start is state too, saved with the checkpoint;
+    # muon: its momentum and its AdamW part's moments
+    [(True, "teacher", "standard", "adam"), (False, "teacher", "standard", "adam"),
+     (True, "cifar10", "standard", "adam"), (True, "teacher", "modular", "adam"),
+     (True, "teacher", "spectral", "muon")],
 )
-def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batched, data, param):
+def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batched, data, param, optim):
     over = ["width=16", "train.steps=40", "train.batch_size=8", "data.eval_size=32", f"engine.batched={batched}",
-            f"param={param}"]
+            f"param={param}", f"optim={optim}"]
     if data == "cifar10":  # batches drawn from files, augmented: they too must continue exactly
         from tests.datafiles import write_cifar
 

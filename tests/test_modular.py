@@ -227,7 +227,7 @@ def test_adam_and_sgd_directions_give_the_same_normalised_first_update():
     norms = []
     for optim in ("adam", "sgd"):
         cfg, param, model, slots = setup("width=32", f"optim={optim}", "param.norm_estimate=exact")
-        opt = build_optimizer(cfg, [s.tensor for s in slots])
+        opt = build_optimizer(cfg, slots)
         x, y = torch.randn(8, 32, dtype=torch.float64), torch.randint(0, 10, (8,))
         grads = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x)[0], y), [s.tensor for s in slots])
         ups = param.updates(slots, opt.directions(grads), torch.tensor([0.1], dtype=torch.float64))

@@ -42,7 +42,7 @@ def one_step(cfg, model: dict, lr: float) -> list[tuple[float, float]]:
     slots = param.slots(net)
     grads = [torch.randn(s.tensor.numel(), generator=torch.Generator().manual_seed(1000 + i)).view(s.tensor.shape)
              for i, s in enumerate(slots)]
-    opt = build_optimizer(cfg, [s.tensor for s in slots])
+    opt = build_optimizer(cfg, slots)
     ups = param.updates(slots, opt.directions(grads), torch.tensor([lr]))
     return [(float(u.double().pow(2).mean().sqrt()), float(-(u.double() * g.double()).sum())) for u, g in zip(ups, grads)]
 

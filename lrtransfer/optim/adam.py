@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
 
 from lrtransfer.optim.kernels import adam_directions_
 from lrtransfer.schema import ADAPTIVE, DecayScaling, Grid, in_unit, non_negative, positive
+
+
+if TYPE_CHECKING:
+    from lrtransfer.param.base import Slot
 
 
 @dataclass
@@ -27,17 +31,23 @@ class AdamOptions:
     decay_scaling: DecayScaling = DecayScaling.independent
 
     def check(self) -> None:
-        in_unit("optim.beta1", self.beta1)
-        in_unit("optim.beta2", self.beta2)
-        positive("optim.eps", self.eps)
-        non_negative("optim.weight_decay", self.weight_decay)
+        check_adam(self)
+
+
+def check_adam(options) -> None:
+    """Adam's keys, for every optimizer that has them (Muon's AdamW part)."""
+    in_unit("optim.beta1", options.beta1)
+    in_unit("optim.beta2", options.beta2)
+    positive("optim.eps", options.eps)
+    non_negative("optim.weight_decay", options.weight_decay)
 
 
 OPTIONS = AdamOptions
 
 
 class Optimizer:
-    def __init__(self, options: AdamOptions, tensors: Sequence[Tensor]) -> None:
+    def __init__(self, options: AdamOptions, slots: Sequence[Slot]) -> None:
+        tensors = [s.tensor for s in slots]
         self.beta1, self.beta2, self.eps = options.beta1, options.beta2, options.eps
         self.m = [torch.zeros_like(t) for t in tensors]
         self.v = [torch.zeros_like(t) for t in tensors]

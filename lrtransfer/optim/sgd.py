@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
 
 from lrtransfer.schema import GRADIENT, DecayScaling, Grid, in_unit, non_negative
+
+
+if TYPE_CHECKING:
+    from lrtransfer.param.base import Slot
 
 
 @dataclass
@@ -33,7 +37,8 @@ OPTIONS = SGDOptions
 
 
 class Optimizer:
-    def __init__(self, options: SGDOptions, tensors: Sequence[Tensor]) -> None:
+    def __init__(self, options: SGDOptions, slots: Sequence[Slot]) -> None:
+        tensors = [s.tensor for s in slots]
         self.momentum, self.nesterov = options.momentum, options.nesterov
         self.buf = [torch.zeros_like(t) for t in tensors]
         self.scratch = [torch.empty_like(t) for t in tensors]

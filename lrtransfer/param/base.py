@@ -26,7 +26,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lrtransfer.model.layers import Atom, Module, Residual, Sequential
+from lrtransfer.linalg import run_view
+from lrtransfer.model.layers import HIDDEN, Atom, Module, Residual, Sequential
+from lrtransfer.schema import ADAPTIVE, ORTHOGONALIZED
 
 
 @dataclass
@@ -39,17 +41,30 @@ class Slot:
     lr_mult: float
 
 
+def is_hidden_matrix(atom: Atom, name: str) -> bool:
+    """A weight that maps the width to the width (conv kernels included, as matrices): what
+    a matrix optimizer (Muon) orthogonalises. Embeddings, the readout, biases and gains are not."""
+    return name == "weight" and atom.role == HIDDEN
+
+
+def tensor_update(update: str, atom: Atom, name: str) -> str:
+    """The kind of update one tensor gets from an optimizer whose updates are `update`.
+
+    An ORTHOGONALIZED optimizer (Muon) orthogonalises the hidden matrices only and updates
+    every other tensor adaptively (AdamW), so a rule keyed on the kind (muP's per-tensor LR)
+    looks each tensor's kind up here, and the optimizer and the parameterization agree.
+    """
+    if update == ORTHOGONALIZED and not is_hidden_matrix(atom, name):
+        return ADAPTIVE
+    return update
+
+
 # model.residual -> (skip, branch) for L blocks: z -> skip * z + branch * block(z)
 RESIDUAL_RULES = {
     "one": lambda L: (1.0, 1.0),  # the lecture notes' ResNet-S
     "sqrt_depth": lambda L: (1.0, L**-0.5),  # depth-muP
     "convex": lambda L: (1.0 - 1.0 / L, 1.0 / L),  # the modular norm (Modula)
 }
-
-
-def run_view(v: Tensor, like: Tensor) -> Tensor:
-    """A per-run vector (K,) shaped to broadcast against a (K, ...) tensor."""
-    return v.view(-1, *([1] * (like.dim() - 1)))
 
 
 class Parameterization:

@@ -23,7 +23,9 @@ per kind of update (`LR_GRIDS`). Adam moves each stored N(0,1) weight by ~lr, wh
 moves the effective weight by ~lr * gain / sqrt(fan_in): the optimal LR is
 ~sqrt(fan_in)/gain times SP's, near 2^-5 at the study's widths. Under SGD the
 effective per-layer LR is lr * gain^2 / fan_in, so the optimum sits near 2^0
-rather than SP's ~2^-4.
+rather than SP's ~2^-4. Under Muon the orthogonalised update of a stored weight is He's
+constant times smaller in effect, so the optimum sits above SP's Muon optimum, and the
+grid is its own (2^-8..2^2).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from torch import Tensor
 
 from lrtransfer.model.layers import Atom
 from lrtransfer.param.base import Parameterization
-from lrtransfer.schema import ADAPTIVE, GRADIENT, Grid, positive
+from lrtransfer.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, Grid, positive
 
 
 class EqualizedScale(str, Enum):
@@ -50,7 +52,7 @@ class EqualizedScale(str, Enum):
 
 @dataclass
 class EqualizedOptions:
-    LR_GRIDS: ClassVar[dict[str, Grid]] = {ADAPTIVE: Grid(-11, -1), GRADIENT: Grid(-5, 5)}
+    LR_GRIDS: ClassVar[dict[str, Grid]] = {ADAPTIVE: Grid(-11, -1), GRADIENT: Grid(-5, 5), ORTHOGONALIZED: Grid(-8, 2)}
 
     name: str = "equalized"
     gain: float = math.sqrt(2.0)  # c = gain * sqrt(1 / fan_in)

@@ -51,7 +51,9 @@ trunk's own mass (the model passes it to `residual_stack`: 5 for the transformer
 as Modula's GPT; 1 otherwise) times `param.blocks_mass`.
 
 The LR is a target norm, the same for every optimizer, so the grid is this
-parameterization's own (`LR_GRIDS`).
+parameterization's own (`LR_GRIDS`). Under Muon the orthogonalised direction of a hidden
+matrix is normalised (or dualised) to its target like any other: Muon's scale and
+`adam_lr_ratio` cancel, Muon supplies only the direction.
 
 A new kind of atom plugs in with one `AtomRule` in `RULES` (its norm, forward
 multiplier and initialisation), keyed by the atom's `kind`.
@@ -69,7 +71,8 @@ import torch
 from torch import Tensor
 
 from lrtransfer.model.layers import Activation, Atom, Module, Sequential, tare
-from lrtransfer.param.base import RESIDUAL_RULES, Parameterization, Slot, run_view
+from lrtransfer.linalg import RMS, TINY, Norm, Spectral, orthogonalize, run_view  # noqa: F401  (orthogonalize: re-exported)
+from lrtransfer.param.base import RESIDUAL_RULES, Parameterization, Slot
 from lrtransfer.schema import UPDATE_KINDS, ConfigError, Grid, positive
 
 
@@ -125,74 +128,6 @@ class ModularOptions:
 
 
 OPTIONS = ModularOptions
-
-TINY = 1e-30  # a norm below this is a zero update (a frozen run); never divide by it
-
-
-# ---------------------------------------------------------------- norms
-class Norm:
-    """A norm on one kind of tensor, (K, ...) with a leading run axis, and its two update maps."""
-
-    def value(self, d: Tensor) -> Tensor:
-        """(K,): the exact norm of each run's slice."""
-        raise NotImplementedError
-
-    def estimate(self, d: Tensor, state: dict) -> Tensor:
-        """(K,): the norm as training measures it; `state` persists across steps for this tensor."""
-        return self.value(d)
-
-    def dual(self, d: Tensor, steps: int) -> Tensor:
-        """A tensor of norm 1 per run that is `d`'s steepest direction in this norm."""
-        return d / run_view(self.value(d).clamp_min(TINY), d)
-
-    def normalize_(self, d: Tensor, target: Tensor, state: dict, exact: bool) -> Tensor:
-        """Scale `d` in place so that each run's slice has norm target (K,), as measured
-        exactly or by training's estimate (`state` persists across steps)."""
-        n = self.value(d) if exact else self.estimate(d, state)
-        return d.mul_(run_view(target / n.clamp_min(TINY), d))
-
-
-class RMS(Norm):
-    """||v||_2 / sqrt(n) over everything but the run axis: the RMS of a vector (a bias)."""
-
-    def value(self, d: Tensor) -> Tensor:
-        return d.flatten(1).pow(2).mean(1).sqrt()
-
-
-class Spectral(Norm):
-    """The spectral norm of each run's matrix (the last two axes).
-
-    `estimate` runs a power iteration warm-started from the previous step's
-    right singular vector (10 iterations the first time, `iters` after), so it
-    costs a few matrix-vector products per step; it never overestimates.
-    """
-
-    def __init__(self, iters: int = 1) -> None:
-        self.iters = iters
-
-    def value(self, d: Tensor) -> Tensor:
-        return torch.linalg.matrix_norm(d, ord=2)
-
-    def estimate(self, d: Tensor, state: dict) -> Tensor:
-        v = state.get("v")
-        iters = self.iters
-        if v is None:  # the same fixed start for every run: a run's numbers never depend on K
-            gen = torch.Generator().manual_seed(0)
-            v0 = torch.randn(d.shape[-1], 1, generator=gen, dtype=torch.float64)
-            v = (v0 / v0.norm()).to(d).expand(*d.shape[:-2], -1, -1).clone()
-            state["v0"] = v.clone()
-            iters = max(iters, 10)
-        for _ in range(iters):
-            w = d.mT @ (d @ v)  # (..., n, 1)
-            n = w.norm(dim=-2, keepdim=True)
-            # a zero matrix (a frozen run) keeps its vector instead of producing NaN
-            v = torch.where(n > TINY, w / n.clamp_min(TINY), state.get("v0", v))
-        state["v"] = v
-        return (d @ v).norm(dim=(-2, -1))
-
-    def dual(self, d: Tensor, steps: int) -> Tensor:
-        return orthogonalize(d, steps)
-
 
 class MaxAbs(Norm):
     """max_i |g_i|: the operator norm (RMS to RMS) of z -> g * z, for a layer norm's gain.
@@ -252,28 +187,6 @@ class RowL2(Norm):
     def normalize_(self, d: Tensor, target: Tensor, state: dict, exact: bool) -> Tensor:
         scale = target.view(-1, 1) / self.rows(d).clamp_min(TINY)  # (K, num)
         return d.mul_(scale.unsqueeze(-1))
-
-
-# Newton-Schulz: `steps` quintic steps that push every singular value of X (scaled to
-# Frobenius norm 1) quickly into ~[0.7, 1.2], then cubic steps x -> 1.5x - 0.5x^3,
-# which converge quadratically to 1: the result is orthogonal to ~1e-3, not Muon's
-# rough band.
-QUINTIC = (3.4445, -4.7750, 2.0315)
-POLISH_STEPS = 4
-
-
-def orthogonalize(d: Tensor, steps: int) -> Tensor:
-    """The orthogonal factor U V^T of each matrix (last two axes) of d, by Newton-Schulz."""
-    tall = d.shape[-2] > d.shape[-1]
-    x = d.mT if tall else d  # (..., a, b) with a <= b: the Gram matrix is the small one
-    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp_min(TINY)
-    a, b, c = QUINTIC
-    for _ in range(steps):
-        g = x @ x.mT
-        x = a * x + (b * g + c * (g @ g)) @ x
-    for _ in range(POLISH_STEPS):
-        x = 1.5 * x - 0.5 * (x @ x.mT) @ x
-    return x.mT if tall else x
 
 
 # ---------------------------------------------------------------- atoms

@@ -42,6 +42,12 @@ for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
 (`attention_scale`, equal to SP's at the base width) and zero-initialised queries
 (atoms tagged "query", `zero_query`). Weight decay stays decoupled from the LR
 unless `optim.decay_scaling=lr` asks otherwise; then it follows each tensor's LR.
+Under Muon (`ORTHOGONALIZED`), hidden matrices get LR x 1: the orthogonalised update's
+spectral norm is ~1 at every width (`optim.scale=jordan` or `spectral`), what muP asks
+of a hidden matrix (Yang, Simon and Bernstein's spectral condition); every other tensor
+is Adam-updated and follows the `ADAPTIVE` rules. `optim.scale=moonlight` makes the
+hidden update's spectral norm grow as sqrt(width): no rule of muP's applies, and it is
+refused (`check_with`).
 Depth (which `mup` lacks): residual branches are multiplied by L^-depth_exponent
 (0.5: depth-muP's 1/sqrt(L)); the default 0 leaves depth as SP has it.
 """
@@ -56,8 +62,8 @@ import torch
 from torch import Tensor
 
 from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom
-from lrtransfer.param.base import Parameterization
-from lrtransfer.schema import ADAPTIVE, GRADIENT, ConfigError, positive
+from lrtransfer.param.base import Parameterization, tensor_update
+from lrtransfer.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive
 
 
 @dataclass
@@ -82,6 +88,13 @@ class MupOptions:
         if not self.depth_exponent >= 0:
             raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
 
+    def check_with(self, cfg) -> None:
+        """muP's rule for orthogonalised hidden updates (LR x 1) holds only when their
+        spectral norm does not grow with the width (`width_growth` of the optimizer's options)."""
+        growth = getattr(cfg.optim, "width_growth", lambda: None)()
+        if growth is not None:
+            raise ConfigError(f"param=mup has no sound rule for {growth}")
+
 
 OPTIONS = MupOptions
 
@@ -97,6 +110,8 @@ LR_POWERS = {
             (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1,
             (FIXED, "weight"): 0, (FIXED, "bias"): 0, (FIXED, "gain"): 0,
             (HIDDEN, "tensor"): 0, (VECTOR, "tensor"): 1, (FIXED, "tensor"): 0},
+    # Muon's orthogonalised hidden matrices (every other tensor is ADAPTIVE: `tensor_update`)
+    ORTHOGONALIZED: {(HIDDEN, "weight"): 0},
 }
 
 
@@ -147,10 +162,11 @@ class MuP(Parameterization):
         return b * math.sqrt(self.fan_in_mult(atom))
 
     def lr_multiplier(self, atom: Atom, name: str) -> float:
-        power = LR_POWERS[self.update].get((atom.role, name))
+        kind = tensor_update(self.update, atom, name)
+        power = LR_POWERS[kind].get((atom.role, name))
         if power is None:
             raise ConfigError(f"param=mup has no rule for a {name} of role {atom.role} (kind {atom.kind}); "
-                              f"rules: {', '.join(sorted(f'{r} {n}' for r, n in LR_POWERS[self.update]))}")
+                              f"rules: {', '.join(sorted(f'{r} {n}' for r, n in LR_POWERS[kind]))}")
         return self.m ** power
 
     def attention_scale(self, d_head: int) -> float:
