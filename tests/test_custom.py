@@ -177,7 +177,7 @@ def test_the_job_id_follows_the_file_content(tmp_path):
 def test_modular_is_refused_in_one_line():
     from lrtransfer.schema import ConfigError
 
-    with pytest.raises(ConfigError, match="param=modular needs the model's tree of modules.*that work: equalized, mup, standard"):
+    with pytest.raises(ConfigError, match="param=modular needs the model's tree of modules.*that work: equalized, mup, spectral, standard"):
         typed(*CUSTOM, "param=modular")
 
 
