@@ -4,8 +4,9 @@ A user who asks "is this muP as the `mup` package has it?" needs the numbers, no
 the code: for the composed config, one row per trained tensor with its role, its
 initial std measured on the built model (seed 0, the first seed a sweep trains),
 its forward multiplier, its learning-rate multiplier for the configured optimizer
-and, under param=modular, the modular norm's bookkeeping (the atom's mass and
-sensitivity and the tensor's target norm when the whole network's is 1). At several
+and, where the LR is a norm, the tensor's target norm at LR 1 (param=modular: with
+the atom's mass and sensitivity, when the whole network's target is 1; param=spectral:
+sqrt(fan_out / fan_in) for a weight, 1 for a vector). At several
 widths the ratios between them show the scaling rule itself. The reference tests
 (tests/test_reference.py) compare these rows with numbers the `mup` and `modula`
 packages produced.
@@ -44,7 +45,7 @@ def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: in
 def _rows(cfg: Config, param, model) -> list[dict]:
     names = {id(p): n for n, p in model.named_parameters()}
     names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
-    shares = getattr(param, "share", None) if cfg.param.name == "modular" else None
+    tree = getattr(param, "shares", None) is not None  # the modular norm's masses and sensitivities
     rows = []
     for slot in param.slots(model):
         atom, t = slot.atom, slot.tensor.detach()[0]  # (...): the one run's tensor, in storage shape
@@ -57,9 +58,9 @@ def _rows(cfg: Config, param, model) -> list[dict]:
             "forward_mult": float(atom.weight_mult if slot.name == "weight" else
                                   atom.bias_mult if slot.name == "bias" else 1.0),
             "lr_mult": float(slot.lr_mult),
-            "mass": float(atom.mass) if shares else None,
-            "sensitivity": float(atom.sensitivity) if shares else None,
-            "target_norm": float(shares(slot)) if shares else None,
+            "mass": float(atom.mass) if tree else None,
+            "sensitivity": float(atom.sensitivity) if tree else None,
+            "target_norm": param.target_norm(slot),
         })
     return rows
 
@@ -89,13 +90,14 @@ def _num(v) -> str:
 
 def table(doc: dict) -> str:
     """One width's rows as a text table."""
-    modular = any(r["target_norm"] is not None for r in doc["tensors"])
-    head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + (["mass", "sens", "target"] if modular else [])
+    extra = [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
+             if any(r[k] is not None for r in doc["tensors"])]
+    head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
     rows = []
     for r in doc["tensors"]:
         row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_std"]), _num(r["forward_mult"]),
                _num(r["lr_mult"])]
-        rows.append(row + ([_num(r["mass"]), _num(r["sensitivity"]), _num(r["target_norm"])] if modular else []))
+        rows.append(row + [_num(r[k]) for k, _ in extra])
     return _format(head, rows)
 
 

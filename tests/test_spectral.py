@@ -176,3 +176,22 @@ def test_the_power_vectors_survive_a_checkpoint():
     fresh.set_multipliers(net)
     fresh.load_state_dict(saved)
     assert fresh.state_dict()["power"][0]["v"].equal(saved["power"][0]["v"])
+
+
+def test_inspect_shows_each_tensors_target_norm(cli):
+    """`inspect --json`'s target_norm is the update's norm at LR 1: sqrt(fan_out/fan_in) for a
+    weight (its spectral norm), 1 for a vector (its RMS); mass and sensitivity stay the
+    modular norm's."""
+    import json
+
+    code, out, err = cli("inspect", "param=spectral", "width=64", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["tensors"]
+    for r in rows:
+        if r["name"].endswith("weight"):
+            fan_in, fan_out = r["shape"]  # a built-in Linear stores (fan_in, fan_out)
+            assert r["target_norm"] == pytest.approx(math.sqrt(fan_out / fan_in))
+        else:
+            assert r["target_norm"] == 1.0
+        assert r["mass"] is None and r["sensitivity"] is None
+    assert {r["target_norm"] for r in rows} != {1.0}  # the input and output weights' differ from 1

@@ -145,6 +145,12 @@ class Parameterization:
         """Per-tensor learning-rate multiplier; SP: 1 for every tensor."""
         return 1.0
 
+    def target_norm(self, slot: Slot) -> float | None:
+        """The norm of the slot's update at LR 1, where the LR is a norm (the modular norm's share
+        of a total target, the spectral condition's sqrt(fan_out/fan_in)); None where the LR
+        multiplies the optimizer's direction as it comes (`lr_multiplier`)."""
+        return None
+
     def slots(self, model: Module) -> list[Slot]:
         return [Slot(atom, name, t, self.lr_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
 

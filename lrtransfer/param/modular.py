@@ -322,6 +322,9 @@ class Modular(Parameterization):
         self.shares = targets(model, 1.0)
         self._norms = {atom: self.rule(atom).norm(self) for atom in model.atoms()}
 
+    def target_norm(self, slot: Slot) -> float:
+        return self.share(slot)
+
     def share(self, slot: Slot) -> float:
         """The slot's target norm when the whole network's is 1: an atom with a bias splits
         its target between weight (or gain) and bias as 1 : bias_mass (the tuple rule)."""

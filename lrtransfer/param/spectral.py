@@ -119,6 +119,10 @@ class SpectralParam(Parameterization):
         self._state = {(a, "weight"): dict(v) for a, v in zip(self._atoms, state["power"]) if v}
 
     # ---- updates
+    def target_norm(self, slot: Slot) -> float:
+        """A weight's update has spectral norm lr x sqrt(fan_out/fan_in); a vector's RMS lr."""
+        return spectral_scale(slot.atom) if slot.name == "weight" else 1.0
+
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Each weight's direction rescaled to spectral norm lr x sqrt(fan_out/fan_in) per run,
         each vector's to RMS lr."""
