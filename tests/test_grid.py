@@ -53,6 +53,7 @@ CASES = {
     "weight decay, independent": ("optim.weight_decay", [0.0, 0.003, 0.05], []),
     "weight decay, with the LR": ("optim.weight_decay", [0.0, 0.003, 0.05], ["optim.decay_scaling=lr"]),
     "weight decay, sgd, cosine": ("optim.weight_decay", [0.01, 0.2], ["optim=sgd", "train.schedule=cosine"]),
+    "weight decay, muon": ("optim.weight_decay", [0.0, 0.05], ["optim=muon"]),
     "muP output multiplier": ("param.output_mult", [0.25, 1.0, 3.0], ["param=mup", "param.base_width=8"]),
     "muP output multiplier, model=custom": ("param.output_mult", [0.25, 1.0, 3.0],
                                             ["param=mup", "param.base_width=8", "model=custom", f"model.target={EXAMPLE}:build"]),
