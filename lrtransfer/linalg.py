@@ -154,3 +154,11 @@ def as_matrices(atom: Atom, t: Tensor) -> Tensor:
     (spectral norms and orthogonal factors do not care which). Reshape the result back
     with `.reshape(t.shape)`."""
     return t.reshape(t.shape[0], *matrix_shape(atom))
+
+
+def orthogonal(rows: int, cols: int, gen: torch.Generator) -> Tensor:
+    """A uniformly random (rows, cols) matrix with orthonormal rows or columns: all singular values 1."""
+    a = torch.randn(max(rows, cols), min(rows, cols), generator=gen, dtype=torch.float64)
+    q, r = torch.linalg.qr(a)
+    q = q * torch.sign(torch.diagonal(r)).where(torch.diagonal(r) != 0, torch.ones(()).double())
+    return (q if rows >= cols else q.T).float()

@@ -68,6 +68,22 @@ class Activation(str, Enum):
     scaled_gelu = "scaled_gelu"
 
 
+class MatrixInit(str, Enum):
+    """How a parameterization that fixes weights' spectral norms draws them (param=modular,
+    param=spectral): a uniformly random semi-orthogonal matrix (every singular value equal),
+    or Gaussian entries, then scaled."""
+
+    orthogonal = "orthogonal"
+    gaussian = "gaussian"
+
+
+class NormEstimate(str, Enum):
+    """How a spectral norm is measured every step (param=modular, param=spectral)."""
+
+    power = "power"  # warm-started power iteration, a few matrix-vector products a step
+    exact = "exact"  # SVD: exact, slow at large widths
+
+
 class ResidualRule(str, Enum):
     """z -> skip * z + branch * block(z) over L blocks: the parameterization's own rule
     (`auto`: SP, equalized and muP use `one` unless param.depth_exponent says

@@ -71,24 +71,14 @@ import torch
 from torch import Tensor
 
 from lrtransfer.model.layers import Activation, Atom, Module, Sequential, tare
-from lrtransfer.linalg import RMS, TINY, Norm, Spectral, orthogonalize, run_view  # noqa: F401  (orthogonalize: re-exported)
+from lrtransfer.linalg import RMS, TINY, Norm, Spectral, orthogonal, orthogonalize, run_view  # noqa: F401  (orthogonalize: re-exported)
 from lrtransfer.param.base import RESIDUAL_RULES, Parameterization, Slot
-from lrtransfer.schema import UPDATE_KINDS, ConfigError, Grid, positive
+from lrtransfer.schema import UPDATE_KINDS, ConfigError, Grid, MatrixInit, NormEstimate, positive
 
 
 class ModularUpdate(str, Enum):
     normalize = "normalize"  # rescale each atom's direction to its target norm (PyTorch Modula)
     dualize = "dualize"  # orthogonalise it (Newton-Schulz), times the target (JAX Modula)
-
-
-class ModularInit(str, Enum):
-    orthogonal = "orthogonal"
-    gaussian = "gaussian"
-
-
-class NormEstimate(str, Enum):
-    power = "power"  # warm-started power iteration, a few matrix-vector products a step
-    exact = "exact"  # SVD: exact, slow at large widths
 
 
 class Sensitivity(str, Enum):
@@ -110,7 +100,7 @@ class ModularOptions:
 
     name: str = "modular"
     update: ModularUpdate = ModularUpdate.normalize
-    init: ModularInit = ModularInit.orthogonal
+    init: MatrixInit = MatrixInit.orthogonal
     norm_estimate: NormEstimate = NormEstimate.power
     power_iters: int = 1  # power iterations per step (warm-started)
     ns_steps: int = 8  # Newton-Schulz quintic steps of `dualize` (then 4 polishing steps)
@@ -190,14 +180,6 @@ class RowL2(Norm):
 
 
 # ---------------------------------------------------------------- atoms
-def orthogonal(rows: int, cols: int, gen: torch.Generator) -> Tensor:
-    """A uniformly random (rows, cols) matrix with orthonormal rows or columns: all singular values 1."""
-    a = torch.randn(max(rows, cols), min(rows, cols), generator=gen, dtype=torch.float64)
-    q, r = torch.linalg.qr(a)
-    q = q * torch.sign(torch.diagonal(r)).where(torch.diagonal(r) != 0, torch.ones(()).double())
-    return (q if rows >= cols else q.T).float()
-
-
 @dataclass(frozen=True)
 class AtomRule:
     """How the modular norm treats one kind of atom's weight."""

@@ -40,22 +40,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from lrtransfer.linalg import RMS, Spectral, as_matrices
+from lrtransfer.linalg import RMS, Spectral, as_matrices, orthogonal
 from lrtransfer.model.layers import Atom, Module
 from lrtransfer.param.base import Parameterization, Slot
-from lrtransfer.param.modular import NormEstimate, orthogonal
-from lrtransfer.schema import UPDATE_KINDS, Grid, positive
-
-
-class SpectralInit(str, Enum):
-    orthogonal = "orthogonal"
-    gaussian = "gaussian"
+from lrtransfer.schema import UPDATE_KINDS, Grid, MatrixInit, NormEstimate, positive
 
 
 @dataclass
@@ -65,7 +58,7 @@ class SpectralOptions:
 
     name: str = "spectral"
     sigma: float = 1.0  # initial spectral norm / sqrt(fan_out / fan_in)
-    init: SpectralInit = SpectralInit.orthogonal
+    init: MatrixInit = MatrixInit.orthogonal
     norm_estimate: NormEstimate = NormEstimate.power
     power_iters: int = 1  # power iterations per step (warm-started)
 
