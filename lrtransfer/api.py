@@ -101,7 +101,7 @@ def summarize(directory: str | Path = "results", metric: str = "train_loss") -> 
 
 def predict(directory: str | Path, at: float, axis: str | None = None, metric: str = "train_loss") -> list[dict]:
     """`lrtransfer predict DIRECTORY --at AT [--axis AXIS] --json`'s predictions: per group on `axis`
-    (every group when None), the optimum its drift predicts at `at` with a 95% prediction interval,
+    (every group when None), the optimum its optima predict at `at` with a 95% prediction interval,
     and the penalty of the smallest scale's best LR there. Groups with an undetermined verdict are
     left out (UserError when none is left)."""
     from lrtransfer.analysis import groups, load_runs

@@ -178,7 +178,7 @@ def predict(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
 ) -> None:
-    """The optimal LR the fitted drift predicts at a new scale, with a 95% prediction interval, and the loss given up there by using the smallest scale's best LR."""
+    """The optimal LR the measured optima predict at a new scale (a parabola in log2 scale from five scales on, else the drift's line), with a 95% prediction interval, and the loss given up there by using the smallest scale's best LR."""
     from lrtransfer import analysis
     from lrtransfer.analysis import prediction
     from lrtransfer.errors import UserError
@@ -216,8 +216,16 @@ def _print_prediction(p, metric: str) -> None:
     typer.echo(f"  {p.axis} {p.at:g}: optimal log2 LR {p.log2_lr:+.2f}, 95% prediction interval [{lo:+.2f}, {hi:+.2f}]"
                f"  (LR {p.lr:.3g}, [{p.lr_interval[0]:.3g}, {p.lr_interval[1]:.3g}])")
     dlo, dhi = p.drift_ci
-    typer.echo(f"  from the drift {p.drift:+.2f} [{dlo:+.2f}, {dhi:+.2f}] over {p.axis} "
-               f"{','.join(f'{s:g}' for s in p.scales)}; interval: {p.interval_method}")
+    scales = ",".join(f"{s:g}" for s in p.scales)
+    if p.model == "line":
+        typer.echo(f"  from the drift {p.drift:+.2f} [{dlo:+.2f}, {dhi:+.2f}] over {p.axis} {scales} "
+                   f"(a straight line in log2 {p.axis}); interval: {p.interval_method}")
+    else:
+        llo, lhi = p.line_interval
+        typer.echo(f"  from a parabola in log2 {p.axis} through the optima at {p.axis} {scales}; interval: "
+                   f"{p.interval_method}")
+        typer.echo(f"  a straight line (the drift {p.drift:+.2f} [{dlo:+.2f}, {dhi:+.2f}], constant) gives "
+                   f"{p.line_log2_lr:+.2f} [{llo:+.2f}, {lhi:+.2f}], an interval valid only if the optima do not bend")
     if p.penalty is not None:
         plo, phi = p.penalty_interval
         typer.echo(f"  using {p.axis} {p.scales[0]:g}'s best LR (log2 {p.transfer_log2_lr:g}) gives up about "

@@ -63,6 +63,46 @@ def test_the_bootstrap_interval_covers_a_new_optimum_95_percent_of_the_time():
     assert 0.90 <= hit / n <= 0.975
 
 
+X5 = np.log2([64, 128, 256, 512, 1024])  # five scales: the prediction's model is the parabola
+
+
+@pytest.mark.parametrize("bend", [0.0, -0.06])  # a straight truth, and one bending as SP's optima do
+def test_the_parabola_covers_straight_and_bent_truths_where_the_line_misses_the_bent(bend):
+    """Five scales, predicted two doublings past the largest. The parabola's interval (which `predict`
+    uses from five scales on) must hold the next measurement 95% of the time whether or not the optima
+    bend; the straight line's must, for the bent truth, miss most of the time: the reason for the
+    parabola. 2000 studies each."""
+    rng = np.random.default_rng(3)
+    sd, n, x0 = 0.05, 2000, 12.0
+    truth = lambda x: -8.0 - 0.5 * (x - 8.0) + bend * (x - 8.0) ** 2  # noqa: E731
+    hit_parabola = hit_line = 0
+    for _ in range(n):
+        y = truth(X5) + rng.normal(0, sd, X5.size)
+        y0 = truth(x0) + rng.normal(0, sd)
+        lo, hi = prediction.residual_interval(X5, y, x0, degree=2)
+        hit_parabola += lo <= y0 <= hi
+        lo, hi = prediction.residual_interval(X5, y, x0)
+        hit_line += lo <= y0 <= hi
+    assert 0.935 <= hit_parabola / n <= 0.965
+    if bend:
+        assert hit_line / n < 0.5
+    else:
+        assert 0.935 <= hit_line / n <= 0.965
+
+
+def test_the_parabolas_bootstrap_interval_covers_a_new_optimum():
+    """The resampled form for the parabola: resampled optima scattering as a re-measurement would."""
+    rng = np.random.default_rng(4)
+    sd, n, x0 = 0.1, 1000, 12.0
+    truth = lambda x: -8.0 - 0.5 * (x - 8.0) - 0.06 * (x - 8.0) ** 2  # noqa: E731
+    hit = 0
+    for _ in range(n):
+        y = truth(X5) + rng.normal(0, sd, X5.size)
+        lo, hi = prediction.bootstrap_interval(X5, y, y + rng.normal(0, sd, (1000, X5.size)), x0, rng, degree=2)
+        hit += lo <= truth(x0) + rng.normal(0, sd) <= hi
+    assert 0.90 <= hit / n <= 0.975  # centred on an estimate, as the line's: a little under 95%
+
+
 GRID = np.arange(-16.0, -1.0)
 
 
@@ -72,9 +112,9 @@ def _curves(rng, x, seeds, drift=-0.5, shift_sd=0.3, point_sd=0.01):
     return 1.0 + 0.05 * (GRID - opt) ** 2 + rng.normal(0, point_sd, (seeds, GRID.size))
 
 
-def _fabricated(rng, seeds):
+def _fabricated(rng, seeds, xs=X):
     rows = []
-    for x in X:
+    for x in xs:
         v = _curves(rng, x, seeds)
         rows += [{"width": int(2**x), "run_seed": s, "log2_lr": g, "train_loss": v[s, i], "diverged": False}
                  for s in range(seeds) for i, g in enumerate(GRID)]
@@ -84,13 +124,14 @@ def _fabricated(rng, seeds):
 @pytest.mark.slow
 @pytest.mark.parametrize("seeds", [1, 3])
 @pytest.mark.parametrize("at", [181, 4096])
-def test_the_whole_analysis_predicts_the_optimum_a_new_job_measures(seeds, at):
+@pytest.mark.parametrize("xs", [X, X5], ids=["line", "parabola"])
+def test_the_whole_analysis_predicts_the_optimum_a_new_job_measures(seeds, at, xs):
     """Fabricated studies through the same analysis `summary` runs; the truth is the optimum located on
     a new job's mean curve at `at`. 200 studies: coverage at least 90% (95% less 3 standard errors)."""
     rng = np.random.default_rng(2)
     n, hit = 200, 0
     for _ in range(n):
-        g = analysis.analyse(_fabricated(rng, seeds), "width", {}, "train_loss", rng, 200)
+        g = analysis.analyse(_fabricated(rng, seeds, xs), "width", {}, "train_loss", rng, 200)
         p = prediction.predict(g, at, rng=rng)
         truth = subgrid_optima(GRID, _curves(rng, math.log2(at), seeds).mean(0)[None]).log2_lr[0]
         hit += p.log2_lr_interval[0] <= truth <= p.log2_lr_interval[1]
@@ -107,7 +148,7 @@ def test_a_known_line_is_predicted_and_the_penalty_follows_the_square_of_the_dou
     # loss = 1 + 0.05 (log2 LR - optimum)^2: 5 doublings off at 2048 cost 0.05 * 25
     assert p.transfer_log2_lr == -6 and p.penalty == pytest.approx(1.25, rel=0.05)
     assert p.penalty_interval[0] <= p.penalty <= p.penalty_interval[1]
-    assert not p.warnings
+    assert not p.warnings and p.model == "line"  # four scales: too few to fit a bend
     far = prediction.predict(g, 4096)
     assert any("beyond 4x the largest width measured (512)" in w for w in far.warnings)
 
@@ -177,8 +218,13 @@ def test_optima_that_bend_are_flagged_and_a_straight_line_is_not(tmp_path):
     p = prediction.predict(bent, 4096)
     (w,) = [w for w in p.warnings if "the optima bend" in w]
     assert "the drift steepens with width" in w
+    truth = -6 - 0.1 * 36  # 6 doublings past width 64
+    assert p.model == "parabola" and p.log2_lr_interval[0] <= truth <= p.log2_lr_interval[1]
+    assert not p.line_interval[0] <= truth <= p.line_interval[1]  # the straight line, extrapolated, misses
     c, (lo, hi), q, (qlo, qhi) = prediction.curvature(bent.fit.x, bent.fit.y, 12.0)
     assert c == pytest.approx(-0.1, abs=0.02) and hi < 0
     assert qlo <= -6 - 0.1 * 36 <= qhi  # the parabola through the truth at width 4096 (6 doublings past 64)
     (straight,) = analysis.groups(analysis.load_runs(tmp_path / "straight"), n_resamples=100)
-    assert not [w for w in prediction.predict(straight, 4096).warnings if "bend" in w]
+    p = prediction.predict(straight, 4096)
+    assert not [w for w in p.warnings if "bend" in w]
+    assert p.model == "parabola" and p.log2_lr_interval[0] <= -6 - 0.5 * 6 <= p.log2_lr_interval[1]
