@@ -256,6 +256,20 @@ def test_noisier_seeds_widen_the_interval(tmp_path):
     assert widths[0.02] > 2 * widths[0.002] > 0
 
 
+def test_a_scale_run_with_one_seed_among_several_gets_an_interval_of_its_own(tmp_path):
+    """A larger width run once beside widths run with three seeds: resampling seeds would redraw its
+    one curve every time (an interval of zero width); it is resampled by its curve's noise instead."""
+    rng = np.random.default_rng(0)
+    for i, w in enumerate(WIDTHS):
+        for seed in (0, 1, 2):
+            fake_record(tmp_path, width=w, seed=seed, optimum=-6 - 0.5 * i + rng.normal(0, 0.2), noise=0.01, rng=rng)
+    fake_record(tmp_path, width=1024, seed=1, optimum=-8, noise=0.01, rng=rng)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path), n_resamples=500)
+    lo, hi = g.best_log2_lr_ci[-1]
+    assert g.scales[-1] == 1024 and lo < g.best_log2_lr[-1] < hi and hi - lo > 0.05
+    assert all(hi - lo > 0.05 for lo, hi in g.best_log2_lr_ci)
+
+
 def test_scattered_optima_give_an_inconclusive_verdict(tmp_path):
     for w, opt in zip(WIDTHS, [-6.0, -8.0, -6.5, -8.5]):  # zig-zag: the line explains little
         fake_record(tmp_path, width=w, optimum=opt)

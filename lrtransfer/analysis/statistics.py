@@ -309,12 +309,28 @@ def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generat
     Several seeds: resample the seed list with replacement, the same draw for every
     scale (seeds share their batches across scales, so pairing keeps that
     correlation). One seed: add Gaussian noise of the size measured on the curves
-    themselves (`curve_noise`) to every point.
+    themselves (`curve_noise`) to every point. A scale measured with one seed among
+    scales with several (a larger scale run once, say) is resampled the one-seed way,
+    with the noise of the single-seed curves of every scale: resampling seeds would
+    redraw its one curve every time and give it an interval of zero width.
     """
     if len(seeds) >= 2:
         idx = rng.integers(0, len(seeds), size=(n, len(seeds)))
-        out = {s: subgrid_optima(x, _resampled_means(V, D, M, idx), maximize).log2_lr for s, (x, V, D, M) in tables.items()}
-        return out, f"bootstrap over seeds ({len(seeds)} seeds, {n} resamples)"
+        alone = [s for s, (x, V, D, M) in tables.items() if M.any(1).sum() < 2]
+        out = {s: subgrid_optima(x, _resampled_means(V, D, M, idx), maximize).log2_lr
+               for s, (x, V, D, M) in tables.items() if s not in alone}
+        how = f"bootstrap over seeds ({len(seeds)} seeds, {n} resamples)"
+        if alone:
+            single = [(x, np.where(D[k], np.nan, V[k])) for x, V, D, M in tables.values() for k in range(len(V)) if M[k].any()]
+            sigma = curve_noise(single)
+            if sigma is None:
+                return None, None
+            for s in alone:
+                x, V, D, M = tables[s]
+                y = _resampled_means(V, D, M, np.zeros((1, 1), dtype=int) + int(M.any(1).argmax()))[0]
+                out[s] = subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize).log2_lr
+            how += f"; {', '.join(f'{s:g}' for s in alone)} (one seed): LR-curve noise s.d. {sigma:.3g}"
+        return out, how
     means = {s: (x, _resampled_means(V, D, M, np.zeros((1, 1), dtype=int))[0]) for s, (x, V, D, M) in tables.items()}
     sigma = curve_noise(list(means.values()))
     if sigma is None:
