@@ -50,7 +50,7 @@ def main() -> None:
                 cfg = typed(f"data={option}", f"data.root={root}", f"data.augment={augment}", f"engine.device={args.device}")
                 load = timed(lambda: build_task(cfg, device, torch.float32), 3)
                 task = build_task(cfg, device, torch.float32)
-                gen = torch.Generator(device=device).manual_seed(0)
+                gen = torch.Generator().manual_seed(0)  # the engine draws on the CPU (Task.sample)
                 step = timed(lambda: task.sample(gen, args.batch), 200)
                 print(f"{option:8s} augment={augment:5s} load {load:6.2f} s   sample(B={args.batch}) {step * 1e3:6.3f} ms")
 

@@ -36,7 +36,12 @@ class Task:
     output_dim: int  # classes, or the vocabulary of a token task
 
     def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
-        """x: (B, *input_shape), y: (B,) class indices, or (B, T) for tokens."""
+        """x: (B, *input_shape), y: (B,) class indices, or (B, T) for tokens, on the task's device.
+
+        `gen` is a CPU generator, and every random draw is made on the CPU from it: a run then
+        sees the same batches on a GPU as on a CPU, and its generator's state (saved with a
+        checkpoint) resumes on either. Only the draws (indices, a small input batch) cross to
+        the device, with no wait for it."""
         raise NotImplementedError
 
     def eval_set(self) -> tuple[Tensor, Tensor] | None:

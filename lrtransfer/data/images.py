@@ -185,18 +185,18 @@ def channel_stats(x: Tensor) -> tuple[Tensor, Tensor]:
 def augment(x: Tensor, gen: torch.Generator, pad: int, flip: bool) -> Tensor:
     """Random crop after zero padding by `pad`, then a random horizontal flip, per image.
 
-    x: (B, C, H, W) -> (B, C, H, W), same dtype. Every random draw comes from `gen`.
+    x: (B, C, H, W) -> (B, C, H, W), same dtype. Every random draw comes from `gen`, on the CPU.
     Crop and flip are one gather: output column j of a mirrored image is column
     W - 1 - j of its crop window.
     """
     B, C, H, W = x.shape
     dev = x.device
     zeros = torch.zeros(B, dtype=torch.long, device=dev)
-    top = torch.randint(0, 2 * pad + 1, (B,), generator=gen, device=dev) if pad else zeros
-    left = torch.randint(0, 2 * pad + 1, (B,), generator=gen, device=dev) if pad else zeros
+    top = torch.randint(0, 2 * pad + 1, (B,), generator=gen).to(dev, non_blocking=True) if pad else zeros
+    left = torch.randint(0, 2 * pad + 1, (B,), generator=gen).to(dev, non_blocking=True) if pad else zeros
     cols = torch.arange(W, device=dev).expand(B, W)  # (B, W): column of the window each output column shows
     if flip:
-        mirror = torch.rand(B, generator=gen, device=dev) < 0.5
+        mirror = (torch.rand(B, generator=gen) < 0.5).to(dev, non_blocking=True)
         cols = torch.where(mirror[:, None], W - 1 - cols, cols)
     padded = F.pad(x, (pad, pad, pad, pad)) if pad else x  # (B, C, H + 2p, W + 2p)
     rows = top[:, None, None] + torch.arange(H, device=dev)[None, :, None]  # (B, H, 1)
@@ -226,7 +226,7 @@ class ImageTask(Task):
 
     @torch.no_grad()
     def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
-        idx = torch.randint(len(self.train_y), (batch_size,), generator=gen, device=self.device)
+        idx = torch.randint(len(self.train_y), (batch_size,), generator=gen).to(self.device, non_blocking=True)
         x = self.train_x[idx]
         if self.pad or self.flip:
             x = augment(x, gen, self.pad, self.flip)

@@ -51,13 +51,13 @@ class Teacher(Task):
         self.device, self.dtype, self.temperature = device, dtype, d.temperature
         gen = torch.Generator().manual_seed(d.seed)
         dims = [d.input_dim] + [d.teacher_width] * (d.teacher_depth - 1) + [d.classes]
-        # He-scaled Gaussian layers: O(1) activations at every depth.
+        # He-scaled Gaussian layers: O(1) activations at every depth. They stay on the CPU, where
+        # labels are drawn (`Task.sample`): a small network, cheaper there than a wait for the GPU.
         self.layers = [
-            (torch.randn(a, b, generator=gen, dtype=torch.float64) * math.sqrt(2.0 / a)).to(device, dtype)
+            (torch.randn(a, b, generator=gen, dtype=torch.float64) * math.sqrt(2.0 / a)).to(dtype=dtype)
             for a, b in zip(dims[:-1], dims[1:])
         ]
-        eval_gen = torch.Generator(device=device).manual_seed(d.seed + 1)
-        self._eval = self.sample(eval_gen, d.eval_size)
+        self._eval = self.sample(torch.Generator().manual_seed(d.seed + 1), d.eval_size)
 
     @torch.no_grad()
     def logits(self, x: Tensor) -> Tensor:
@@ -69,10 +69,10 @@ class Teacher(Task):
 
     @torch.no_grad()
     def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
-        x = torch.randn(batch_size, *self.input_shape, generator=gen, device=self.device, dtype=self.dtype)
+        x = torch.randn(batch_size, *self.input_shape, generator=gen, dtype=self.dtype)
         probs = torch.softmax(self.logits(x).to(torch.float64), -1)
         y = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-        return x, y
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def eval_set(self) -> tuple[Tensor, Tensor]:
         return self._eval
