@@ -39,7 +39,8 @@ class Schedule(str, Enum):
 class DType(str, Enum):
     """Training precision. Weights and optimizer state are float32 except under float64;
     bf16_autocast runs the forward's matmuls in bfloat16 (torch.autocast); tf32 lets
-    CUDA matmuls use TensorFloat-32 (no effect on a CPU)."""
+    CUDA matmuls and convolutions use TensorFloat-32, forward and backward, which the
+    others forbid (no effect on a CPU)."""
 
     float32 = "float32"
     float64 = "float64"

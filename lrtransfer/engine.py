@@ -42,19 +42,36 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def precision(kind: str, device: torch.device) -> Iterator[None]:
-    """The numerics of `train.dtype` around a forward pass: bf16 autocast, or TF32 matmuls on CUDA."""
+def matmul_precision(kind: str, device: torch.device) -> Iterator[None]:
+    """TF32 in CUDA matmuls and convolutions exactly when `train.dtype` is tf32, around a step's
+    forward and backward. Set both ways: cuDNN allows TF32 convolutions by default, which would
+    make a float32 conv net on a GPU a TF32 one."""
+    if device.type != "cuda":
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = kind == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+@contextmanager
+def autocast(kind: str, device: torch.device) -> Iterator[None]:
+    """bf16 autocast around a forward pass when `train.dtype` is bf16_autocast (backward follows
+    the forward's types by itself, outside the context, as torch.autocast asks)."""
     if kind == "bf16_autocast":
         with torch.autocast(device.type, dtype=torch.bfloat16):
             yield
-    elif kind == "tf32" and device.type == "cuda":
-        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
     else:
+        yield
+
+
+@contextmanager
+def precision(kind: str, device: torch.device) -> Iterator[None]:
+    """The numerics of `train.dtype` around a forward pass with no backward (evaluation)."""
+    with matmul_precision(kind, device), autocast(kind, device):
         yield
 
 
@@ -256,7 +273,7 @@ class Footprint:
 
 def footprint(built: Built) -> Footprint:
     """One run's sizes, measured by a forward pass on the meta device (nothing allocated)."""
-    x, _ = built.task.sample(torch.Generator(device=built.device).manual_seed(0), 1)  # one example: its shape, dtype
+    x, _ = built.task.sample(torch.Generator().manual_seed(0), 1)  # one example: its shape, dtype
     dtype = built.dtype
     with torch.device("meta"):
         model = built.new_model(built.new_param(), 1)
@@ -305,7 +322,7 @@ class Ensemble:
         self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
 
         seeds = list(dict.fromkeys(r.seed for r in runs))
-        self.gens = [torch.Generator(device=device).manual_seed(data_seed(s)) for s in seeds]
+        self.gens = [torch.Generator().manual_seed(data_seed(s)) for s in seeds]  # on the CPU (`Task.sample`)
         # (K,) index of each run's seed, used only when runs have different seeds
         self.seed_index = torch.tensor([seeds.index(r.seed) for r in runs], device=device)
 
@@ -334,11 +351,12 @@ class Ensemble:
     def step(self) -> None:
         train, t = self.train, self.step_index
         x, y = _batch(self.task, self.gens, self.seed_index, train.batch_size)
-        with precision(train.dtype.value, self.device):
-            logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
-            losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
-        self.history[:, t] = losses.detach()
-        grads = torch.autograd.grad(losses.sum(), self.tensors)
+        with matmul_precision(train.dtype.value, self.device):
+            with autocast(train.dtype.value, self.device):
+                logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
+                losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
+            self.history[:, t] = losses.detach()
+            grads = torch.autograd.grad(losses.sum(), self.tensors)
         factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
         with torch.no_grad():
             directions = self.opt.directions(grads)
@@ -384,7 +402,7 @@ class Ensemble:
         self.alive.copy_(state["alive"])
         self.diverged_step = list(state["diverged_step"])
         self.history.copy_(state["history"])
-        self.param.load_state_dict(state["param"])
+        self.param.load_state_dict(_to(state["param"], self.device))
         self.step_index = self.checked = self.reported = state["step_index"]
 
     def results(self) -> list[RunResult]:
@@ -414,6 +432,18 @@ def apply_updates(slots, updates, decays) -> None:
         if decays is not None:
             s.tensor.mul_(1 - run_view(decays[i], s.tensor))
         s.tensor.sub_(u)
+
+
+def _to(state, device: torch.device):
+    """A checkpoint's nested dicts and lists with every tensor moved to `device` (checkpoints load
+    onto the CPU, and may have been written on another device)."""
+    if isinstance(state, Tensor):
+        return state.to(device)
+    if isinstance(state, dict):
+        return {k: _to(v, device) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_to(v, device) for v in state)
+    return state
 
 
 def _batch(task: Task, gens: list[torch.Generator], seed_index: Tensor, B: int) -> tuple[Tensor, Tensor]:
