@@ -15,10 +15,15 @@ GFLOP/s counts 6 x parameters x batch per run-step (forward + backward).
     python scripts/bench_engine.py --profile 512      # where a steady-state step's time goes
     python scripts/bench_engine.py --compile 64       # the step with the model under torch.compile
     python scripts/bench_engine.py --custom --widths 64 --skip-processes  # the same MLP as model=custom
+    python scripts/bench_engine.py --device cuda --dtype bf16_autocast --widths 64,512,4096,8192
 
 `--custom` trains the same MLP given as a user's module (`model=custom`,
 examples/mynets.py:build): one run at a time is a plain functional_call per step, the
 batched path functional_call under torch.func.vmap over the runs.
+
+`--device cuda` runs every mode on the GPU (timings end with the results copied back, so the
+GPU has finished); `--dtype` is train.dtype, and the matmul rate is measured in its numerics:
+bfloat16 operands for bf16_autocast, TF32 allowed for tf32, float32 otherwise.
 
 Timings on a shared or throttled machine vary by +-20%: run it on a quiet machine.
 """
@@ -55,20 +60,36 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def mm_gflops(shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> float:
-    """The machine's torch.mm rate over a training step's matrix products: total flops
-    over total time for the (m, k, n) shapes given, each timed on its own."""
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def mm_gflops(shapes: list[tuple[int, int, int]], device: torch.device, dtype: str, seconds: float = 0.3) -> float:
+    """The device's torch.mm rate over a training step's matrix products, in the numerics of
+    train.dtype `dtype`: total flops over total time for the (m, k, n) shapes given, each timed
+    on its own."""
+    element = torch.bfloat16 if dtype == "bf16_autocast" else torch.float64 if dtype == "float64" else torch.float32
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     flops = total = 0.0
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
-            a @ b
-        reps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            a @ b
-            reps += 1
-        total += (time.perf_counter() - t0) / reps
-        flops += 2 * m * k * n
+    try:
+        for m, k, n in shapes:
+            a = torch.randn(m, k, device=device, dtype=element)
+            b = torch.randn(k, n, device=device, dtype=element)
+            for _ in range(3):
+                a @ b
+            sync(device)
+            reps, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                for _ in range(10):
+                    a @ b
+                sync(device)
+                reps += 10
+            total += (time.perf_counter() - t0) / reps
+            flops += 2 * m * k * n
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     return flops / total / 1e9
 
 
@@ -94,10 +115,10 @@ def one_process_per_run(overrides: list[str], log2_lrs: list[float], results: Pa
     return total / 2
 
 
-def steady_ensemble(width: int, depth: int, batch: int):
+def steady_ensemble(width: int, depth: int, batch: int, device: str = "cpu"):
     """The first ensemble the engine would train for the default grid at `width`, warmed up."""
     cfg = typed(f"width={width}", f"depth={depth}", f"train.batch_size={batch}", "train.steps=1000",
-                "engine.device=cpu", "engine.progress=false")
+                f"engine.device={device}", "engine.progress=false")
     built = build.job(cfg)
     runs = runs_of(cfg)
     K = engine.chunk_size(built, len(runs))
@@ -107,12 +128,13 @@ def steady_ensemble(width: int, depth: int, batch: int):
 def ms_per_step(ens, n: int = 30) -> float:
     for _ in range(5):
         ens.step()
-    return timed(lambda: [ens.step() for _ in range(n)]) / n * 1e3
+    sync(ens.device)
+    return timed(lambda: ([ens.step() for _ in range(n)], sync(ens.device))) / n * 1e3
 
 
-def profile(width: int, depth: int, batch: int) -> None:
+def profile(width: int, depth: int, batch: int, device: str) -> None:
     """Time a steady-state step and print torch's profile of it (top operations by own time)."""
-    cfg, ens, K = steady_ensemble(width, depth, batch)
+    cfg, ens, K = steady_ensemble(width, depth, batch, device)
     t = ms_per_step(ens)
     flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * batch * K
     print(f"width {width}, ensembles of {K} runs: {t:.2f} ms per step, {flop / t / 1e6:.1f} GFLOP/s")
@@ -122,11 +144,11 @@ def profile(width: int, depth: int, batch: int) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
-def compiled(width: int, depth: int, batch: int) -> None:
+def compiled(width: int, depth: int, batch: int, device: str) -> None:
     """A steady-state step eager, then with the model under torch.compile (and its compile time)."""
-    _, ens, K = steady_ensemble(width, depth, batch)
+    _, ens, K = steady_ensemble(width, depth, batch, device)
     print(f"width {width}, ensembles of {K} runs: eager {ms_per_step(ens, 200):.2f} ms per step")
-    _, ens, _ = steady_ensemble(width, depth, batch)
+    _, ens, _ = steady_ensemble(width, depth, batch, device)
     ens.model = torch.compile(ens.model)
     print(f"compilation (first step): {timed(ens.step):.1f} s")
     print(f"compiled model: {ms_per_step(ens, 200):.2f} ms per step")
@@ -143,15 +165,19 @@ def main() -> None:
     ap.add_argument("--custom", action="store_true", help="the MLP as a user's nn.Module (model=custom)")
     ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
     ap.add_argument("--compile", type=int, metavar="WIDTH", help="time a step eager and under torch.compile instead")
+    ap.add_argument("--device", default="cpu", help="engine.device: cpu, cuda, cuda:N")
+    ap.add_argument("--dtype", default="float32", help="train.dtype: float32, bf16_autocast, tf32")
     args = ap.parse_args()
     if args.profile:
-        profile(args.profile, args.depth, args.batch)
+        profile(args.profile, args.depth, args.batch, args.device)
         return
     if args.compile:
-        compiled(args.compile, args.depth, args.batch)
+        compiled(args.compile, args.depth, args.batch, args.device)
         return
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps}, batch {args.batch}, "
+    device = build.select_device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, {args.dtype}, steps {args.steps}, batch {args.batch}, "
           f"depth {args.depth}, model {'custom (examples/mynets.py:build)' if args.custom else 'mlp'}")
     header = (f"{'width':>6} {'K':>3} {'(a) proc/run':>12} {'(b) seq':>9} {'(c) batched':>11} "
               f"{'c/a':>6} {'c/b':>6} {'GFLOP/s b':>9} {'GFLOP/s c':>9} {'mm GFLOP/s':>10} {'c/mm':>6}")
@@ -159,7 +185,8 @@ def main() -> None:
     print(header)
     for width in [int(w) for w in args.widths.split(",")]:
         over = [f"width={width}", f"depth={args.depth}", f"train.steps={args.steps}", f"train.batch_size={args.batch}",
-                "engine.device=cpu", "engine.progress=false", *(CUSTOM if args.custom else [])]
+                f"engine.device={args.device}", f"train.dtype={args.dtype}", "engine.progress=false",
+                *(CUSTOM if args.custom else [])]
         cfg = typed(*over)
         runs = runs_of(cfg)
         K, steps = len(runs), args.steps
@@ -175,7 +202,7 @@ def main() -> None:
         else:
             per_run = one_process_per_run(over, [r.log2_lr for r in runs], Path(args.results))
             rate_a = steps / per_run
-        mm = mm_gflops(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch))
+        mm = mm_gflops(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch), device, args.dtype)
         g_b, g_c = rate_b * flop_per_run_step / 1e9, rate_c * flop_per_run_step / 1e9
         print(f"{width:>6} {K:>3} {rate_a:>12.0f} {rate_b:>9.0f} {rate_c:>11.0f} "
               f"{rate_c / rate_a:>6.1f} {rate_c / rate_b:>6.2f} {g_b:>9.1f} {g_c:>9.1f} {mm:>10.1f} {g_c / mm:>6.0%}")

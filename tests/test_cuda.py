@@ -1,0 +1,135 @@
+"""The engine on a GPU: what the CPU tests prove, proved again on CUDA, and CUDA against the CPU.
+
+Marked `cuda` and skipped where no GPU is present (the CPU suite, CI). On a machine with one,
+`pytest -m cuda` runs only these; the plain suite runs them too. Tolerances are stated per test:
+float64 must agree as on the CPU; float32 on two devices differs by rounding only (no TF32, the
+same batches: every random draw is made on the CPU, `Task.sample`); bf16 and TF32 are opt-in
+precisions held to the same tolerance as the CPU's bf16 test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lrtransfer import build, engine, stop
+from lrtransfer.checkpoint import FileCheckpoint
+from lrtransfer.engine import Run
+from tests.conftest import typed
+from tests.datafiles import write_cifar
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+SMALL = ["train.batch_size=8", "data.eval_size=32", "engine.progress=false"]
+MODELS = {  # each built-in family on the data it is made for, and a user's own module
+    "mlp": ["model=mlp", "width=24", "depth=3"],
+    "resnet": ["model=resnet", "width=16", "depth=2"],
+    "cnn": ["model=cnn", "width=8", "depth=2", "model.pool=4", "data=cifar10"],
+    "resnet_cnn": ["model=resnet_cnn", "width=8", "depth=2", "model.pool=4", "data=cifar10"],
+    "transformer": ["model=transformer", "width=16", "depth=2", "data=text", "data.seq_len=16"],
+    "custom": ["model=custom", f"model.target={EXAMPLE}:build", "width=24", "depth=3"],
+}
+PARAMS = {
+    "standard": [],
+    "equalized": ["param=equalized"],
+    "mup": ["param=mup", "param.base_width=8"],
+    "modular": ["param=modular"],
+    "spectral": ["param=spectral"],
+}
+NOT_OFFERED = {("custom", "modular")}  # refused before training (test_custom)
+
+
+@pytest.fixture(scope="module")
+def cifar_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cifar")
+    write_cifar(root)
+    return root
+
+
+def config(model: str, param: str, device: str, cifar_root, *over: str):
+    extra = [f"data.root={cifar_root}"] if "data=cifar10" in MODELS[model] else []
+    return typed(*MODELS[model], *PARAMS[param], *SMALL, *extra, f"engine.device={device}", *over)
+
+
+def test_auto_and_cuda_0_pick_the_gpu():
+    assert build.select_device("auto") == torch.device("cuda", torch.cuda.current_device())
+    assert build.select_device("cuda:0") == torch.device("cuda", 0)
+    assert build.job(typed("engine.device=auto")).device.type == "cuda"
+
+
+@pytest.mark.parametrize("param", PARAMS)
+@pytest.mark.parametrize("model", MODELS)
+def test_batched_equals_one_run_at_a_time_in_float64_on_cuda(model, param, cifar_root):
+    if (model, param) in NOT_OFFERED:
+        pytest.skip(f"param={param} is not offered for model={model}")
+    over = ["train.dtype=float64", "train.steps=20", "n_seeds=2"]
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
+    batched = engine.train(build.job(config(model, param, "cuda", cifar_root, *over)), runs)
+    alone = engine.train(build.job(config(model, param, "cuda", cifar_root, *over, "engine.batched=false")), runs)
+    for a, b in zip(batched, alone):
+        assert (a.lr, a.seed, a.diverged) == (b.lr, b.seed, b.diverged)
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cuda_float32_equals_cpu_float32(model, cifar_root):
+    """The same batches on both devices; the first loss to 1e-5 (a TF32 convolution would be off
+    by about 1e-3), and 30 steps of training to 1e-3."""
+    runs = [Run(log2_lr=e, seed=0) for e in (-9, -7)]
+    cpu = engine.train(build.job(config(model, "standard", "cpu", cifar_root, "train.steps=30")), runs)
+    gpu = engine.train(build.job(config(model, "standard", "cuda", cifar_root, "train.steps=30")), runs)
+    for a, b in zip(gpu, cpu):
+        assert a.initial_loss == pytest.approx(b.initial_loss, rel=1e-5)
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-3)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-3)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
+def test_bf16_autocast_and_tf32_on_cuda_stay_near_float32(model, cifar_root):
+    """Both really change the numbers (they ran), and stay within 5% of float32's losses."""
+    runs = [Run(log2_lr=-7, seed=0)]
+    over = ["width=64", "train.steps=30"] if model == "mlp" else ["train.steps=30"]
+    (f32,) = engine.train(build.job(config(model, "standard", "cuda", cifar_root, *over)), runs)
+    for dtype in ("bf16_autocast", "tf32"):
+        (low,) = engine.train(build.job(config(model, "standard", "cuda", cifar_root, *over, f"train.dtype={dtype}")), runs)
+        assert low.history_loss != f32.history_loss, f"{dtype} changed nothing"
+        assert low.final_loss == pytest.approx(f32.final_loss, rel=0.05)
+        assert low.eval_loss == pytest.approx(f32.eval_loss, rel=0.05)
+
+
+@pytest.mark.parametrize("write_on, resume_on", [("cuda", "cpu"), ("cpu", "cuda")])
+@pytest.mark.parametrize("param, optim", [("standard", "adam"), ("modular", "adam"), ("spectral", "muon")])
+def test_a_checkpoint_resumes_on_the_other_device(tmp_path, monkeypatch, write_on, resume_on, param, optim):
+    """Interrupted on one device, resumed (not restarted) on the other: the runs end as an
+    uninterrupted run on the resuming device does, to float32 rounding over 40 steps."""
+    def over(device):
+        return typed("width=16", "train.steps=40", *SMALL, f"param={param}", f"optim={optim}", f"engine.device={device}")
+
+    runs = [Run(log2_lr=e, seed=0) for e in (-9, -6)]
+    reference = engine.train(build.job(over(resume_on)), runs)
+    ckpt = FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9)
+    seen = []
+
+    def interrupt_midway(n):
+        seen.append(n)
+        if sum(seen) >= 40:  # half of the 2 runs x 40 steps
+            stop.request()
+
+    monkeypatch.setattr(stop, "_requested", False)
+    with pytest.raises(engine.Interrupted):
+        engine.train(build.job(over(write_on)), runs, progress=interrupt_midway, checkpoint=ckpt)
+    monkeypatch.setattr(stop, "_requested", False)
+
+    def refuse(why):
+        raise AssertionError(f"the checkpoint was rejected: {why}")
+
+    monkeypatch.setattr(ckpt, "reject", refuse)
+    resumed = engine.train(build.job(over(resume_on)), runs, checkpoint=ckpt)
+    for a, b in zip(resumed, reference):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-3)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-3)
