@@ -11,8 +11,8 @@ steepens with width towards Adam's asymptotic -1 per doubling), and a straight l
 extrapolated past a bend covers far less than it says, while the parabola's stays at its level for
 straight and bent truths alike (`tests/test_prediction.py` counts both; the price is a wider interval
 when the truth is straight). Choosing the model by a test of c instead (the line unless c's interval
-excludes 0) covers only 55-85% for the mild bends that the test misses with five scales, so the choice
-is by the number of scales alone: four leave the parabola one degree of freedom, too few.
+excludes 0) covers only 53-85% for the mild bends that the test misses with five scales
+(`scripts/prediction_models.py`), so the choice is by the number of scales alone: four leave the parabola one degree of freedom, too few.
 
 For either polynomial (p coefficients, the e_i independent with one variance sigma^2: a measured
 optimum's seed noise plus its scale's own departure from the model) a new measurement at x0 is
