@@ -217,7 +217,7 @@ def test_optima_that_bend_are_flagged_and_a_straight_line_is_not(tmp_path):
     (bent,) = analysis.groups(analysis.load_runs(tmp_path / "bent"), n_resamples=100)
     p = prediction.predict(bent, 4096)
     (w,) = [w for w in p.warnings if "the optima bend" in w]
-    assert "the drift steepens with width" in w
+    assert "the drift falls (turns more negative) with width" in w
     truth = -6 - 0.1 * 36  # 6 doublings past width 64
     assert p.model == "parabola" and p.log2_lr_interval[0] <= truth <= p.log2_lr_interval[1]
     assert not p.line_interval[0] <= truth <= p.line_interval[1]  # the straight line, extrapolated, misses

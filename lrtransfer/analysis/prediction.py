@@ -138,7 +138,7 @@ def predict(g: Group, at: float, *, rng: np.random.Generator | None = None) -> P
                     f"this interval assumes it does not; a parabola gives {q:+.2f} [{qlo:+.2f}, {qhi:+.2f}] "
                     f"(1 df: measure a fifth {g.axis})")
             warn.append(f"the optima bend: curvature {c:+.3f} [{clo:+.3f}, {chi:+.3f}] octaves per doubling^2, so the "
-                        f"drift {'steepens' if c < 0 else 'flattens'} with {g.axis}; {said}")
+                        f"drift {'falls (turns more negative)' if c < 0 else 'rises (turns more positive)'} with {g.axis}; {said}")
     pen = penalty(g, x0)
     if isinstance(pen, str):
         warn.append(pen)
