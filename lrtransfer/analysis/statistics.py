@@ -320,23 +320,26 @@ def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generat
         out = {s: subgrid_optima(x, _resampled_means(V, D, M, idx), maximize).log2_lr
                for s, (x, V, D, M) in tables.items() if s not in alone}
         how = f"bootstrap over seeds ({len(seeds)} seeds, {n} resamples)"
-        if alone:
-            single = [(x, np.where(D[k], np.nan, V[k])) for x, V, D, M in tables.values() for k in range(len(V)) if M[k].any()]
-            sigma = curve_noise(single)
+        if alone:  # V is NaN where a seed diverged or did not run: each row is one seed's curve
+            sigma = curve_noise([(x, V[k]) for x, V, D, M in tables.values() for k in range(len(V)) if M[k].any()])
             if sigma is None:
                 return None, None
             for s in alone:
                 x, V, D, M = tables[s]
-                y = _resampled_means(V, D, M, np.zeros((1, 1), dtype=int) + int(M.any(1).argmax()))[0]
-                out[s] = subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize).log2_lr
+                out[s] = _with_noise(x, V[int(M.any(1).argmax())], sigma, n, rng, maximize)
             how += f"; {', '.join(f'{s:g}' for s in alone)} (one seed): LR-curve noise s.d. {sigma:.3g}"
         return out, how
     means = {s: (x, _resampled_means(V, D, M, np.zeros((1, 1), dtype=int))[0]) for s, (x, V, D, M) in tables.items()}
     sigma = curve_noise(list(means.values()))
     if sigma is None:
         return None, None
-    out = {s: subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize).log2_lr for s, (x, y) in means.items()}
+    out = {s: _with_noise(x, y, sigma, n, rng, maximize) for s, (x, y) in means.items()}
     return out, f"bootstrap over LR-curve noise (one seed; noise s.d. {sigma:.3g} from the curves, {n} resamples)"
+
+
+def _with_noise(x: np.ndarray, y: np.ndarray, sigma: float, n: int, rng: np.random.Generator, maximize: bool) -> np.ndarray:
+    """(n,) optima of the curve y (L,) with Gaussian noise of s.d. `sigma` added to every point."""
+    return subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize).log2_lr
 
 
 def curves(df: pd.DataFrame, axis: str, metric: str = "train_loss") -> pd.DataFrame:

@@ -44,6 +44,11 @@ class Task:
         the device, with no wait for it."""
         raise NotImplementedError
 
+    @staticmethod
+    def indices(high: int, size: int, gen: torch.Generator, device: torch.device) -> Tensor:
+        """(size,) integers in [0, high) drawn on the CPU from `gen` (`sample`), on `device`."""
+        return torch.randint(high, (size,), generator=gen).to(device, non_blocking=True)
+
     def eval_set(self) -> tuple[Tensor, Tensor] | None:
         """Held-out (x, y), or None when the task has no held-out split."""
         return None

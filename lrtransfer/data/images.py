@@ -192,8 +192,8 @@ def augment(x: Tensor, gen: torch.Generator, pad: int, flip: bool) -> Tensor:
     B, C, H, W = x.shape
     dev = x.device
     zeros = torch.zeros(B, dtype=torch.long, device=dev)
-    top = torch.randint(0, 2 * pad + 1, (B,), generator=gen).to(dev, non_blocking=True) if pad else zeros
-    left = torch.randint(0, 2 * pad + 1, (B,), generator=gen).to(dev, non_blocking=True) if pad else zeros
+    top = Task.indices(2 * pad + 1, B, gen, dev) if pad else zeros
+    left = Task.indices(2 * pad + 1, B, gen, dev) if pad else zeros
     cols = torch.arange(W, device=dev).expand(B, W)  # (B, W): column of the window each output column shows
     if flip:
         mirror = (torch.rand(B, generator=gen) < 0.5).to(dev, non_blocking=True)
@@ -226,7 +226,7 @@ class ImageTask(Task):
 
     @torch.no_grad()
     def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
-        idx = torch.randint(len(self.train_y), (batch_size,), generator=gen).to(self.device, non_blocking=True)
+        idx = self.indices(len(self.train_y), batch_size, gen, self.device)
         x = self.train_x[idx]
         if self.pad or self.flip:
             x = augment(x, gen, self.pad, self.flip)

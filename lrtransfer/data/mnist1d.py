@@ -189,7 +189,7 @@ class SignalTask(Task):
 
     @torch.no_grad()
     def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
-        idx = torch.randint(len(self.y), (batch_size,), generator=gen).to(self.x.device, non_blocking=True)
+        idx = self.indices(len(self.y), batch_size, gen, self.x.device)
         return self.x[idx], self.y[idx]
 
     def eval_set(self) -> tuple[Tensor, Tensor]:

@@ -103,8 +103,7 @@ class TextTask(Task):
 
     @torch.no_grad()
     def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
-        starts = torch.randint(len(self.train_ids) - self.seq_len, (batch_size,), generator=gen)
-        starts = starts.to(self.device, non_blocking=True)
+        starts = self.indices(len(self.train_ids) - self.seq_len, batch_size, gen, self.device)
         w = self.train_ids[starts[:, None] + self._offsets]  # (B, T + 1)
         return w[:, :-1], w[:, 1:]
 
