@@ -166,8 +166,12 @@ def main() -> None:
     ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
     ap.add_argument("--compile", type=int, metavar="WIDTH", help="time a step eager and under torch.compile instead")
     ap.add_argument("--device", default="cpu", help="engine.device: cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", default="float32", help="train.dtype: float32, bf16_autocast, tf32")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bf16_autocast", "tf32"], help="train.dtype")
     args = ap.parse_args()
+    try:
+        device = build.select_device(args.device)
+    except build.DeviceError as e:
+        ap.error(str(e))
     if args.profile:
         profile(args.profile, args.depth, args.batch, args.device)
         return
@@ -175,7 +179,6 @@ def main() -> None:
         compiled(args.compile, args.depth, args.batch, args.device)
         return
 
-    device = build.select_device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, {args.dtype}, steps {args.steps}, batch {args.batch}, "
           f"depth {args.depth}, model {'custom (examples/mynets.py:build)' if args.custom else 'mlp'}")
