@@ -7,7 +7,7 @@ Reads records only (never the engine). Four steps, a module each:
 plain data for JSON and tables); `group` composes the statistics for one group.
 """
 
-from lrtransfer.analysis.group import Group, ScaleOptima, analyse, groups
+from lrtransfer.analysis.group import Group, analyse, groups
 from lrtransfer.analysis.grouping import SHOWN, config_columns, partition, scale_axis, telling_keys
 from lrtransfer.analysis.records import (
     HISTORY_COLUMNS,
@@ -17,6 +17,7 @@ from lrtransfer.analysis.records import (
     NoRecordsError,
     Scan,
     SkippedRecordWarning,
+    check_metric,
     export_frame,
     load_runs,
     maximizes,
@@ -36,6 +37,7 @@ from lrtransfer.analysis.statistics import (
     VERDICTS,
     Fit,
     Optima,
+    ScaleOptima,
     curve_noise,
     curves,
     drift,
@@ -49,7 +51,7 @@ from lrtransfer.analysis.summary import group_dict, overview, summarize, summary
 __all__ = [
     "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "HISTORY_COLUMNS", "INTERIOR", "LOCATED", "METRICS", "N_RESAMPLES",
     "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE", "VERDICTS", "Fit", "Group",
-    "NoRecordsError", "Optima", "ScaleOptima", "Scan", "SkippedRecordWarning", "analyse", "config_columns",
+    "NoRecordsError", "Optima", "ScaleOptima", "Scan", "SkippedRecordWarning", "analyse", "check_metric", "config_columns",
     "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs", "maximizes", "metric_noun", "overview",
     "partition", "scale_axis", "scan", "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys",
     "transfer_cost", "verdict",

@@ -15,7 +15,7 @@ import pandas as pd
 from lrtransfer.analysis.grouping import partition, scale_value
 from lrtransfer.analysis.joint import Joint, best_values
 from lrtransfer.analysis.joint import warnings_of as joint_warnings
-from lrtransfer.analysis.records import maximizes, plain
+from lrtransfer.analysis.records import maximizes
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
     EDGE_LOW,
@@ -23,14 +23,15 @@ from lrtransfer.analysis.statistics import (
     N_RESAMPLES,
     NONE,
     Fit,
+    ScaleOptima,
     curves,
     diverged_at,
     drift_fit,
     inflation,
     replicates,
     scale_intervals,
+    scale_optima,
     seed_tables,
-    subgrid_optima,
     transfer_cost,
     verdict,
 )
@@ -71,17 +72,6 @@ class Group:
     @property
     def label(self) -> str:
         return "  ".join(f"{k}={v}" for k, v in self.fixed.items())
-
-
-@dataclass
-class ScaleOptima:
-    """Each scale's optimum on its mean curve; lists in scale order."""
-
-    best: list[float | None]  # sub-grid log2 LR
-    value: list[float | None]  # the parabola's value there
-    grid_best: list[float | None]  # log2 LR of the best grid point
-    grid_value: list[float | None]  # the best measured mean
-    kind: list[str]  # where it sits: INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE
 
 
 def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Group]:
@@ -157,18 +147,6 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         fit=fit,
         runs=sub,
     )
-
-
-def scale_optima(cv: pd.DataFrame, scales: list[int], maximize: bool) -> ScaleOptima:
-    """Each scale's optimum on its mean curve (`curves`' rows of that scale)."""
-    per_scale = []
-    for s in scales:
-        c = cv[cv["scale"] == s].sort_values("log2_lr")
-        o = subgrid_optima(c["log2_lr"].to_numpy(), c["mean"].to_numpy(dtype=float)[None], maximize)
-        i = int(o.grid_index[0])
-        grid = (float(c["log2_lr"].iloc[i]), float(c["mean"].iloc[i])) if i >= 0 else (None, None)
-        per_scale.append((plain(float(o.log2_lr[0])), plain(float(o.value[0])), *grid, str(o.kind[0])))
-    return ScaleOptima(*(list(t) for t in zip(*per_scale)))
 
 
 def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:

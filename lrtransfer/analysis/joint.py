@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from lrtransfer.analysis.grouping import scale_value
 from lrtransfer.analysis.records import maximizes, plain
-from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, NONE, curves, drift_fit, subgrid_optima
+from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, NONE, curves, drift_fit, scale_optima
 from lrtransfer.analysis.statistics import INTERIOR as INSIDE
 
 
@@ -56,16 +57,12 @@ def best_values(sub: pd.DataFrame, axis: str, metric: str) -> tuple[Joint, pd.Da
     cells = pd.concat(
         [curves(sub[sub["grid_value"] == v], axis, metric).assign(value=v) for v in values], ignore_index=True
     )
-    scales = sorted(int(s) for s in cells["scale"].unique())
+    scales = sorted(scale_value(s) for s in cells["scale"].unique())
+    per_value = [scale_optima(cells[cells["value"] == v], scales, maximize) for v in values]
     best, where, loss_by, lr_by = [], [], [], []
-    for s in scales:
-        losses, lrs = [], []
-        for v in values:
-            c = cells[(cells["scale"] == s) & (cells["value"] == v)].sort_values("log2_lr")
-            o = subgrid_optima(c["log2_lr"].to_numpy(), c["mean"].to_numpy(dtype=float)[None], maximize)
-            i = int(o.grid_index[0])
-            losses.append(None if i < 0 else float(c["mean"].iloc[i]))
-            lrs.append(plain(float(o.log2_lr[0])))
+    for k in range(len(scales)):
+        losses = [o.grid_value[k] for o in per_value]
+        lrs = [o.best[k] for o in per_value]
         found = [j for j, x in enumerate(losses) if x is not None]
         if not found:
             best.append(None)

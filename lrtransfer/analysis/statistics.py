@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from lrtransfer.analysis.records import plain
+
 TOLERANCE = 0.25  # |drift| (octaves per doubling) within which an optimum "transfers"
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
@@ -250,6 +252,29 @@ def drift_fit(x: np.ndarray, y: np.ndarray, boot: np.ndarray | None, method: str
     if boot is not None:
         fit.resampled = y + inflate * (boot - y)
     return fit
+
+
+@dataclass
+class ScaleOptima:
+    """Each scale's optimum on its mean curve; lists in scale order."""
+
+    best: list[float | None]  # sub-grid log2 LR
+    value: list[float | None]  # the parabola's value there
+    grid_best: list[float | None]  # log2 LR of the best grid point
+    grid_value: list[float | None]  # the best measured mean
+    kind: list[str]  # where it sits: INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE
+
+
+def scale_optima(cv: pd.DataFrame, scales: list[int], maximize: bool) -> ScaleOptima:
+    """Each scale's optimum on its mean curve (`curves`' rows of that scale)."""
+    per_scale = []
+    for s in scales:
+        c = cv[cv["scale"] == s].sort_values("log2_lr")
+        o = subgrid_optima(c["log2_lr"].to_numpy(), c["mean"].to_numpy(dtype=float)[None], maximize)
+        i = int(o.grid_index[0])
+        grid = (float(c["log2_lr"].iloc[i]), float(c["mean"].iloc[i])) if i >= 0 else (None, None)
+        per_scale.append((plain(float(o.log2_lr[0])), plain(float(o.value[0])), *grid, str(o.kind[0])))
+    return ScaleOptima(*(list(t) for t in zip(*per_scale)))
 
 
 # ----------------------------------------------------------------------------- resampling
