@@ -57,9 +57,9 @@ def defaults() -> tuple[dict[str, str], dict]:
 
 def grid_keys() -> list[str]:
     """The keys a second inner axis may take (`grid.<key>`): those some option declares PER_RUN."""
-    from lrtransfer.config import flat_grid, grid_schema
+    from lrtransfer.config import flatten, grid_schema
 
-    return list(flat_grid(grid_schema()()))
+    return list(flatten(grid_schema()()))
 
 
 def help_text() -> str:

@@ -205,7 +205,7 @@ def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
     (not null) count.
     """
     node = cfg.get("grid") if isinstance(cfg, dict) else cfg.grid
-    found = [(k, v) for k, v in flat_grid(node).items() if v is not None]
+    found = [(k, v) for k, v in flatten(node).items() if v is not None]
     if not found:
         return None
     if len(found) > 1:
@@ -213,8 +213,9 @@ def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
     return found[0]
 
 
-def flat_grid(node, prefix: str = "") -> dict:
-    """A nested grid node (a dataclass, a mapping, a DictConfig) as {"group.key": value}."""
+def flatten(node, prefix: str = "") -> dict:
+    """A nested node (a dataclass, a mapping, a DictConfig) as {"group.key": value}: a grid node's
+    keys, or a whole config's as trackers show them."""
     if node is None:
         return {}
     if not isinstance(node, dict) and hasattr(node, "__dataclass_fields__"):
@@ -225,7 +226,7 @@ def flat_grid(node, prefix: str = "") -> dict:
         return {prefix.rstrip("."): node}
     out = {}
     for k, v in node.items():
-        out.update(flat_grid(v, f"{prefix}{k}.") if isinstance(v, dict) or hasattr(v, "__dataclass_fields__") else {f"{prefix}{k}": v})
+        out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, dict) or hasattr(v, "__dataclass_fields__") else {f"{prefix}{k}": v})
     return out
 
 
@@ -295,8 +296,8 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
     if schema is Config:
         for group in GROUPS:
             _check_group_shape(cfg, group)
-        known_grid = list(flat_grid(grid_schema()()))
-        for key in flat_grid(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
+        known_grid = list(flatten(grid_schema()()))
+        for key in flatten(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
             if key not in known_grid:
                 raise ConfigError(f"unknown key 'grid.{key}'{choices(['grid.' + k for k in known_grid], 'grid.' + key)}")
         for key, node in cfg.items():
@@ -419,7 +420,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
-    grid = {k: v for k, v in flat_grid(out.pop("grid", None)).items() if v is not None}
+    grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid
     for group in GROUPS:

@@ -202,7 +202,7 @@ def track(cfg, record: dict, folder: Path) -> None:
     """Log a finished job's runs to the configured tracker (`lrtransfer/tracker/`), after its record
     is written: a tracker that fails costs one warning line, never the result."""
     from lrtransfer import options, tracker
-    from lrtransfer.config import semantic
+    from lrtransfer.config import flatten, semantic
 
     job = tracker.Job(
         study=cfg.name,
@@ -210,7 +210,7 @@ def track(cfg, record: dict, folder: Path) -> None:
         title=job_title(cfg),
         overrides=" ".join(_overrides()),
         study_dir=folder.parent,
-        config=tracker.flat(semantic(record["config"])),
+        config=flatten(semantic(record["config"])),
         runs=record["runs"],
     )
     started = time.perf_counter()

@@ -54,16 +54,12 @@ class Job:
 def run_name(run: dict) -> str:
     """A run within its job: `log2_lr=-6 seed=0`, and its value of a second inner axis
     (`grid.<key>`) when the job has one: `log2_lr=-6 seed=0 optim.weight_decay=0.001`."""
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in _run_keys(run).items()
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in run_tags(run).items()
                     if k != "lr")
 
 
 def run_tags(run: dict) -> dict:
     """The run's own tags: its learning rate (log2 and plain), seed and grid value, if any."""
-    return _run_keys(run)
-
-
-def _run_keys(run: dict) -> dict:
     keys = {"log2_lr": float(run["log2_lr"]), "lr": float(run["lr"]), "seed": int(run["seed"])}
     return {**keys, **{k: float(v) for k, v in (run.get("grid") or {}).items()}}
 
@@ -76,17 +72,6 @@ def curve(run: dict) -> list[tuple[int, float]]:
 def last_step(run: dict) -> int:
     steps = run.get("history_step") or [0]
     return int(steps[-1])
-
-
-def flat(tree: dict, prefix: str = "") -> dict:
-    """A nested config as dotted keys (`model.name`), the form trackers show as parameters."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def require(option: str, package: str) -> None:
