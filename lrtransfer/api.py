@@ -94,7 +94,7 @@ def summarize(directory: str | Path = "results", metric: str = "train_loss") -> 
     """The groups of `lrtransfer summary --json`: per scale the best log2 LR and its interval, the drift, a verdict."""
     from lrtransfer import analysis
 
-    _check_metric(metric)
+    analysis.check_metric(metric)
     with user_errors():
         return analysis.summarize(directory, metric)["groups"]
 
@@ -104,16 +104,9 @@ def predict(directory: str | Path, at: float, axis: str | None = None, metric: s
     (every group when None), the optimum its optima predict at `at` with a 95% prediction interval,
     and the penalty of the smallest scale's best LR there. Groups with an undetermined verdict are
     left out (UserError when none is left)."""
-    from lrtransfer.analysis import groups, load_runs
+    from lrtransfer.analysis import check_metric, groups, load_runs
     from lrtransfer.analysis.prediction import prediction_dict, predict_groups
 
-    _check_metric(metric)
+    check_metric(metric)
     preds, _ = predict_groups(groups(load_runs(directory), metric), at, axis, name="at", where=f"'{directory}'")
     return [prediction_dict(p) for p in preds]
-
-
-def _check_metric(metric: str) -> None:
-    from lrtransfer.analysis import METRICS
-
-    if metric not in METRICS:
-        raise UserError(f"unknown metric '{metric}'; valid: {', '.join(METRICS)}")

@@ -114,7 +114,7 @@ def summary(
     with a grid.<key> axis, each scale's joint optimum (LR, value) and the value's drift."""
     from lrtransfer import analysis
 
-    _check_metric(metric)
+    analysis.check_metric(metric)
     with _warnings_to_stderr():
         doc = analysis.summarize(directory, metric)
     if as_json:
@@ -135,7 +135,7 @@ def plot(
     """Figures per study: loss vs log2 LR, optimum vs scale (drift), training curves; PNG + PDF."""
     from lrtransfer import analysis, plots
 
-    _check_metric(metric)
+    analysis.check_metric(metric)
     with _warnings_to_stderr():
         groups = analysis.groups(analysis.load_runs(directory), metric)
     _echo_warnings(groups)
@@ -155,7 +155,7 @@ def report(
     from lrtransfer import analysis
     from lrtransfer import report as html_report
 
-    _check_metric(metric)
+    analysis.check_metric(metric)
     with _warnings_to_stderr():
         found = analysis.scan(directory)
     if found.runs.empty:
@@ -183,7 +183,7 @@ def predict(
     from lrtransfer.analysis import prediction
     from lrtransfer.errors import UserError
 
-    _check_metric(metric)
+    analysis.check_metric(metric)
     given = [(flag, v) for flag, v in (("--width", width), ("--depth", depth), ("--at", at)) if v is not None]
     if len(given) != 1:
         raise UserError("give one scale to predict at: --width N, --depth N, or --at N (each group's own axis; "
@@ -350,14 +350,6 @@ def inspect(
     if len(docs) > 1:
         typer.echo("== ratios to the first width")
         typer.echo(inspection.ratio_table(docs))
-
-
-def _check_metric(metric: str) -> None:
-    from lrtransfer.analysis import METRICS
-    from lrtransfer.errors import UserError
-
-    if metric not in METRICS:
-        raise UserError(f"unknown metric '{metric}'; valid: {', '.join(METRICS)}")
 
 
 def _fmt(v, spec: str = ".3f") -> str:

@@ -24,6 +24,13 @@ from lrtransfer.store import iter_records
 
 SCALE_AXES = ("width", "depth")
 METRICS = ("train_loss", "eval_loss", "eval_acc")
+
+
+def check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise UserError(f"unknown metric '{metric}'; valid: {', '.join(METRICS)}")
+
+
 # Per-run columns of `load_runs` (everything else is the job's config, dotted).
 RUN_COLUMNS = (
     "run_seed",
