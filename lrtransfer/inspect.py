@@ -39,10 +39,10 @@ def _built(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int
 
 def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
     """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
-    return _rows(cfg, *_built(cfg, input_shape, output_dim, seed))
+    return _rows(*_built(cfg, input_shape, output_dim, seed))
 
 
-def _rows(cfg: Config, param, model) -> list[dict]:
+def _rows(param, model) -> list[dict]:
     names = {id(p): n for n, p in model.named_parameters()}
     names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
     tree = getattr(param, "shares", None) is not None  # the modular norm's masses and sensitivities
@@ -73,7 +73,7 @@ def inspect(cfg: Config) -> dict:
     ensure_files(cfg.data)
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
-    doc = {"config": config_dict(cfg), "tensors": _rows(cfg, param, model)}
+    doc = {"config": config_dict(cfg), "tensors": _rows(param, model)}
     notes = model.notes(param) if hasattr(model, "notes") else []  # what the rules cannot reach (model=custom)
     return {**doc, "notes": notes} if notes else doc
 

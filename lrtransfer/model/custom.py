@@ -328,9 +328,9 @@ class Custom(Module):
         params = dict(net.named_parameters(remove_duplicate=False))
         # every name a tensor goes by (a tied weight has several): functional_call sets them all
         self.aliases: dict[str, list[str]] = {}
+        first: dict[int, str] = {}  # id of a tensor -> the first name it goes by
         for name, p in params.items():
-            first = next(n for n, q in params.items() if q is p)
-            self.aliases.setdefault(first, []).append(name)
+            self.aliases.setdefault(first.setdefault(id(p), name), []).append(name)
         self.layers = nn.ModuleDict()
         for layer in layers:
             values = {a: params[n] for a, n in layer.names.items()}
