@@ -11,8 +11,22 @@ The Python API (see README, "Python API"; docs/api_example.py):
 
 Bad input raises `lrtransfer.UserError` with the CLI's one-line message. The names
 load on first use, so `import lrtransfer` imports neither torch nor Hydra.
-`lrtransfer.sweep` is also the module `lrtransfer/sweep.py` (a submodule import
-rebinds the name); the module is callable and calls `api.sweep`.
+
+The package is laid out by the stages a study flows through, each a folder whose
+`__init__` says what it owns and what it may import:
+
+    cli/          the command line                      -> sweeps, diagnostics, analysis, reporting
+    api.py        the same, as Python functions         -> sweeps, analysis
+    sweeps/       plan and launch a sweep; run each job, write its record
+    diagnostics/  coordinate check and inspect: one model built, looked into
+    training/     a validated config -> built objects -> the engine's ensembles
+    config/       the root config: its keys, their checks, a job's identity
+    options/      every option, one module + one YAML each (model, param, optim, data, tracker)
+    nn/           the run-axis building blocks models are made of, and their linear algebra
+    store.py      records: job ids, atomic writes, reading
+    analysis/     records -> numbers (optima, drift, verdict, prediction)
+    reporting/    numbers -> figures, the HTML report, exported tables
+    errors.py     one-line errors and warnings for the user (the floor: imports nothing of ours)
 """
 
 from __future__ import annotations
@@ -21,7 +35,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_API = {"sweep": "lrtransfer.sweep", "plan": "lrtransfer.api", "load": "lrtransfer.api",
+_API = {"sweep": "lrtransfer.api", "plan": "lrtransfer.api", "load": "lrtransfer.api",
         "summarize": "lrtransfer.api", "predict": "lrtransfer.api", "UserError": "lrtransfer.errors"}
 __all__ = ["__version__", *_API]
 
@@ -30,4 +44,4 @@ def __getattr__(name: str):
     if name not in _API:
         raise AttributeError(f"module 'lrtransfer' has no attribute '{name}'")
     module = importlib.import_module(_API[name])
-    return module if name == "sweep" else getattr(module, name)
+    return getattr(module, name)

@@ -20,13 +20,13 @@ from lrtransfer.errors import UserError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from lrtransfer.sweep_plan import Plan
+    from lrtransfer.sweeps.plan import Plan
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Known input errors (Hydra's, OmegaConf's, ours) become one `UserError`; bugs pass through."""
-    from lrtransfer.errors import describe
+    from lrtransfer.sweeps.messages import describe
 
     try:
         yield
@@ -50,7 +50,7 @@ def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: s
     "failed": [{"overrides", "job_id", "error"}, ...]}. A failed job does not raise: the
     others' results are worth having; look at "failed".
     """
-    from lrtransfer.sweep import SweepReport, launch
+    from lrtransfer.sweeps.launch import SweepReport, launch
 
     argv = _argv(overrides)
     if rerun:
@@ -76,7 +76,7 @@ def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: s
 
 def plan(overrides: str | Sequence[str] = ()) -> Plan:
     """The jobs `sweep(overrides)` would run, each with its status and work (`lrtransfer sweep --plan`)."""
-    from lrtransfer.sweep import launch
+    from lrtransfer.sweeps.launch import launch
 
     with user_errors():
         return launch(_argv(overrides), action="plan")

@@ -1,19 +1,32 @@
-"""Turning what went wrong into one line a user can act on.
+"""What the user is told when something is wrong: one-line errors and warnings.
 
-Hydra and OmegaConf report composition problems as multi-line messages wrapped in
-several exception layers. `describe` finds the useful part (the bad value, the key,
-the valid choices) and says it in one line; exceptions it does not recognise
-return None, and the CLI lets them through as the bugs they are.
+The floor of the package: every stage raises `UserError` (or a subclass) for what a
+user can fix, with one line naming the bad value and, through `choices`, the valid
+ones; `warn` says what went wrong but did not stop anything. Hydra's and OmegaConf's
+own exceptions are turned into such lines where a sweep is composed
+(`sweeps/messages.py`). Imports nothing of lrtransfer, and rich only when it warns.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
+import logging
+
+log = logging.getLogger("lrtransfer")
 
 
 class UserError(Exception):
     """A problem with the user's input; the message is one line."""
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration value is invalid; the message is one line meant for the user."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception that came from a user's code or a library, as `Type: message` on one line."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def choices(valid, bad: str | None = None) -> str:
@@ -27,85 +40,21 @@ def choices(valid, bad: str | None = None) -> str:
     return f"{hint}; valid: {', '.join(valid)}"
 
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+def console():
+    """The one rich console everything prints through (standard error), so that a warning shows
+    above the sweep's progress bars, which draw on it too."""
+    global _console
+    if _console is None:
+        from rich.console import Console
+
+        _console = Console(stderr=True)
+    return _console
 
 
-def describe(exc: BaseException) -> str | None:
-    """One line for a known kind of user error, or None."""
-    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
-
-    if isinstance(exc, UserError):
-        return str(exc)
-    yaml_error = _yaml_error(exc)
-    if yaml_error:
-        return yaml_error
-    if isinstance(exc, MissingConfigException):
-        return _missing_config(exc)
-    if isinstance(exc, OverrideParseException):
-        return f"cannot parse override: {_first_line(exc)}"
-    cause = exc.__cause__ or exc.__context__
-    if isinstance(exc, HydraException) and isinstance(cause, OmegaConfBaseException):
-        exc = cause
-    if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
-        return _unknown_key(exc)
-    if isinstance(exc, ValidationError):
-        key = getattr(exc, "full_key", None)
-        msg = _first_line(str(exc))
-        return f"{key}: {msg}" if key else msg
-    if isinstance(exc, OmegaConfBaseException):
-        return _first_line(str(exc))
-    if isinstance(exc, HydraException):
-        return _first_line(str(exc))
-    return None
+_console = None
 
 
-def _missing_config(exc) -> str:
-    from lrtransfer.launchers import PLUGIN_EXTRAS
-
-    text = str(exc)
-    missing = getattr(exc, "missing_cfg_file", None) or ""
-    group, _, option = missing.rpartition("/")
-    if group == "hydra/launcher" and option in PLUGIN_EXTRAS:
-        extra = PLUGIN_EXTRAS[option]
-        return (f"the launcher needs Hydra's {option} launcher plugin, which is not installed here: "
-                f"pip install 'lrtransfer[{extra}]'")
-    m = re.search(r"Could not find '([^']+)'", text)
-    options = getattr(exc, "options", None) or re.findall(r"^\t(\S+)$", text, flags=re.M)
-    if m and "/" in m.group(1):
-        group, _, option = m.group(1).rpartition("/")
-        if options:
-            return f"unknown option '{option}' for {group}{choices(options, option)}"
-        return f"unknown option '{option}' for {group} (no such config group or file)"
-    return _first_line(text)
-
-
-def _unknown_key(exc) -> str:
-    key = getattr(exc, "full_key", None) or getattr(exc, "key", None) or "?"
-    parent = getattr(exc, "parent_node", None)
-    leaf = str(key).rsplit(".", 1)[-1]
-    valid = []
-    if parent is not None:
-        try:
-            valid = [k for k in parent.keys() if k != "hydra"]
-        except Exception:  # pragma: no cover - parent of unexpected type
-            valid = []
-    where = f" in '{str(key).rsplit('.', 1)[0]}'" if "." in str(key) else ""
-    if valid:
-        return f"unknown key '{key}'{where}{choices(valid, leaf)}"
-    return f"unknown key '{key}'"
-
-
-def _yaml_error(exc: BaseException) -> str | None:
-    """A YAML syntax error anywhere in the exception's chain, with file, line and column."""
-    import yaml
-
-    while exc is not None and not isinstance(exc, yaml.YAMLError):
-        exc = exc.__cause__ or exc.__context__
-    if exc is None:
-        return None
-    mark = getattr(exc, "problem_mark", None)
-    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
-    problem = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
-    return f"YAML error in {where}: {problem or _first_line(str(exc))}"
+def warn(message: str) -> None:
+    """A warning for the person at the screen (above the bars when a display is up) and in the job's log."""
+    log.warning(message)
+    console().print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)

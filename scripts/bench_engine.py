@@ -43,8 +43,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
-from lrtransfer import build, engine  # noqa: E402
-from lrtransfer.job import runs_of  # noqa: E402
+from lrtransfer.training import build, engine, memory  # noqa: E402
+from lrtransfer.sweeps.job import runs_of  # noqa: E402
 
 CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
 
@@ -121,7 +121,7 @@ def steady_ensemble(width: int, depth: int, batch: int, device: str = "cpu"):
                 f"engine.device={device}", "engine.progress=false")
     built = build.job(cfg)
     runs = runs_of(cfg)
-    K = engine.chunk_size(built, len(runs))
+    K = memory.chunk_size(built, len(runs))
     return cfg, engine.Ensemble(built, runs[:K]), K
 
 

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lrtransfer.build import task as build_task  # noqa: E402
+from lrtransfer.training.build import task as build_task  # noqa: E402
 from tests.conftest import typed  # noqa: E402
 from tests.datafiles import write_cifar, write_mnist  # noqa: E402
 

@@ -53,7 +53,7 @@ case $part in
   study)
     install
     # bf16 autocast and ensembles sized to 60 GiB of the GPU's memory; later overrides win
-    "$PY" -m lrtransfer.cli sweep model=transformer data=text width=128,256,512,1024,2048 depth=2 \
+    "$PY" -m lrtransfer.cli.app sweep model=transformer data=text width=128,256,512,1024,2048 depth=2 \
       model.heads=4 data.seq_len=64 train.batch_size=32 train.steps=500 n_seeds=3 \
       param=standard,mup,modular engine.device=cuda train.dtype=bf16_autocast engine.max_memory_gb=60 \
       name=transformer-gpu results_dir="$OUT" "${@:3}" 2>&1 | tail -n 60 | tee "$OUT/study.log"

@@ -6,7 +6,7 @@ import os
 import shutil
 import sys
 
-# As the CLI does (see lrtransfer.cli.main): idle OpenMP threads sleep instead of
+# As the CLI does (see lrtransfer.cli.app.main): idle OpenMP threads sleep instead of
 # spinning, so a busy machine does not slow every small op by 10-100x.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -18,7 +18,7 @@ TINY = ["train.steps=12", "train.batch_size=16", "data.eval_size=64", "lr.log2_m
 @pytest.fixture
 def cli(monkeypatch, capsys):
     """Run `lrtransfer ARGS...` in this process; return (exit code, stdout, stderr)."""
-    from lrtransfer.cli import main
+    from lrtransfer.cli.app import main
 
     def run(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "argv", ["lrtransfer", *args])
@@ -54,4 +54,4 @@ def typed(*overrides: str):
 def lrtransfer_cmd() -> list[str]:
     """The installed console script of this interpreter's environment, for real subprocesses."""
     exe = shutil.which("lrtransfer", path=os.path.dirname(sys.executable)) or shutil.which("lrtransfer")
-    return [exe] if exe else [sys.executable, "-c", "from lrtransfer.cli import main; main()"]
+    return [exe] if exe else [sys.executable, "-c", "from lrtransfer.cli.app import main; main()"]

@@ -159,7 +159,7 @@ def test_no_records(tmp_path):
 
 
 def test_plots_are_written(tmp_path):
-    from lrtransfer import plots
+    from lrtransfer.reporting import plots
 
     fake_record(tmp_path, width=64, diverge_above=-6)
     fake_record(tmp_path, width=128)
@@ -170,7 +170,7 @@ def test_plots_are_written(tmp_path):
 def test_figures_and_tables_name_another_axis(tmp_path, cli):
     import matplotlib.pyplot as plt
 
-    from lrtransfer import plots
+    from lrtransfer.reporting import plots
 
     for i, steps in enumerate((100, 200, 400)):
         fake_record(tmp_path, train={"steps": steps, "batch_size": 8}, optimum=-6 - i)
@@ -403,7 +403,7 @@ def test_a_study_is_grouped_and_named_as_if_alone(tmp_path):
 
 
 def test_panel_labels_name_what_tells_panels_apart(tmp_path):
-    from lrtransfer import plots
+    from lrtransfer.reporting import plots
 
     for w in (64, 128):
         fake_record(tmp_path, width=w, param="equalized", param_keys={"gain": 1.0})

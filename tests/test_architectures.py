@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from lrtransfer import build
-from lrtransfer import engine
-from lrtransfer.engine import Run
-from lrtransfer.build import model as build_model
-from lrtransfer.model.layers import Conv, LayerNorm, Linear, Residual, Standardize
-from lrtransfer.build import parameterization as build_param
-from lrtransfer.param.modular import PerTap, Spectral, targets
+from lrtransfer.training import build
+from lrtransfer.training import engine
+from lrtransfer.training.engine import Run
+from lrtransfer.training.build import model as build_model
+from lrtransfer.nn import Conv, LayerNorm, Linear, Residual, Standardize
+from lrtransfer.training.build import parameterization as build_param
+from lrtransfer.options.param.modular import PerTap, Spectral, targets
 from tests.conftest import TINY, typed
 from tests.datafiles import write_mnist
 

@@ -228,7 +228,7 @@ def datasets(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A results folder holding a finished study, which no bad command may touch."""
-    from lrtransfer.sweep import launch
+    from lrtransfer.sweeps.launch import launch
 
     root = tmp_path_factory.mktemp("results")
     launch([*TINY, "width=16", f"results_dir={root}", "name=keep"])

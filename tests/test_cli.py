@@ -66,6 +66,6 @@ def test_hydra_flags_pass_through(cli):
 
 
 def test_console_script_help_is_fast_and_imports_no_torch():
-    code = "import sys, lrtransfer.cli; print('torch' in sys.modules, 'matplotlib' in sys.modules, 'hydra' in sys.modules)"
+    code = "import sys, lrtransfer.cli.app; print('torch' in sys.modules, 'matplotlib' in sys.modules, 'hydra' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]

@@ -75,7 +75,7 @@ SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launch
 def test_missing_launcher_plugin_names_the_extra():
     from hydra.errors import MissingConfigException
 
-    from lrtransfer.errors import describe
+    from lrtransfer.sweeps.messages import describe
 
     for option, extra in [("ray", "ray"), ("submitit_slurm", "submitit"), ("joblib", "joblib")]:
         exc = MissingConfigException(f"In 'hydra/launcher/x': Could not load 'hydra/launcher/{option}'.",
@@ -128,9 +128,10 @@ def test_requeue_signal_saves_a_checkpoint_first(tmp_path, monkeypatch):
     from submitit.core.job_environment import JobEnvironment, SignalHandler
     from submitit.core.utils import DelayedSubmission, JobPaths
 
-    from lrtransfer import build, engine, requeue, stop
-    from lrtransfer.checkpoint import FileCheckpoint
-    from lrtransfer.job import runs_of
+    from lrtransfer.training import build, engine, stop
+    from lrtransfer.sweeps import requeue
+    from lrtransfer.sweeps.checkpoint import FileCheckpoint
+    from lrtransfer.sweeps.job import runs_of
     from tests.conftest import typed
 
     cfg = typed(*TINY, "train.steps=40", "width=16")
@@ -182,7 +183,7 @@ def test_requeue_signal_saves_a_checkpoint_first(tmp_path, monkeypatch):
 
 
 def test_requeue_is_inert_without_submitit():
-    from lrtransfer import requeue
+    from lrtransfer.sweeps import requeue
 
     before = signal.getsignal(signal.SIGUSR2)
     with requeue.checkpoint_first():

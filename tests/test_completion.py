@@ -14,7 +14,7 @@ from tests.conftest import lrtransfer_cmd
 
 
 def test_completion_candidates_leave_out_internal_groups():
-    from lrtransfer.catalog import complete
+    from lrtransfer.cli.catalog import complete
 
     assert {"model=", "model."} <= set(complete([], "mo"))
     assert complete([], "model=re") == ["model=resnet", "model=resnet_cnn"]

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from lrtransfer import coordcheck
+from lrtransfer.diagnostics import coordcheck
+from lrtransfer.diagnostics.compose import compose
 
 WIDTHS = "width=64,128,256,512,1024"
 
 
 def check(*over, log2_lr=None):
-    cfgs = coordcheck.compose([WIDTHS, "engine.device=cpu", *over])
+    cfgs = compose([WIDTHS, "engine.device=cpu", *over], default_widths=list(coordcheck.DEFAULT_WIDTHS))
     return coordcheck.measure(cfgs, steps=3, log2_lr=log2_lr, seeds=2)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrtransfer import build, engine, stop
-from lrtransfer.checkpoint import FileCheckpoint
-from lrtransfer.engine import Run
+from lrtransfer.training import build, engine, stop
+from lrtransfer.sweeps.checkpoint import FileCheckpoint
+from lrtransfer.training.engine import Run
 from tests.conftest import typed
 from tests.datafiles import write_cifar
 

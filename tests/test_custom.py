@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrtransfer import build, engine
-from lrtransfer.engine import Run
-from lrtransfer.model.layers import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
+from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 from lrtransfer.store import job_id
 from tests.conftest import compose, typed
 
@@ -175,7 +175,7 @@ def test_the_job_id_follows_the_file_content(tmp_path):
 
 
 def test_modular_is_refused_in_one_line():
-    from lrtransfer.schema import ConfigError
+    from lrtransfer.options.schema import ConfigError
 
     with pytest.raises(ConfigError, match="param=modular needs the model's tree of modules.*that work: equalized, mup, spectral, standard"):
         typed(*CUSTOM, "param=modular")

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from lrtransfer import build
+from lrtransfer.training import build
 from lrtransfer.config import ConfigError
-from lrtransfer.build import task as build_task
-from lrtransfer.data import Task, ensure_files
-from lrtransfer.data.formats import DataError
-from lrtransfer.data.images import augment, channel_stats
+from lrtransfer.training.build import task as build_task
+from lrtransfer.options.data import Task, ensure_files
+from lrtransfer.options.data.formats import DataError
+from lrtransfer.options.data.images import augment, channel_stats
 from lrtransfer.store import job_id
 from tests.conftest import TINY, compose, typed
 from tests.datafiles import write_cifar, write_mnist
@@ -218,8 +218,8 @@ def test_bad_data_values_are_refused(over, fragment):
 
 # ---------------------------------------------------------------- the MLP reads images
 def test_the_mlp_reads_an_image_as_its_flattened_vector():
-    from lrtransfer.build import model as build_model
-    from lrtransfer.build import parameterization as build_param
+    from lrtransfer.training.build import model as build_model
+    from lrtransfer.training.build import parameterization as build_param
 
     cfg = typed("width=8", "depth=3")
     param = build_param(cfg)
@@ -244,7 +244,7 @@ def bigram_config(path, *over):
     from omegaconf import OmegaConf
 
     from lrtransfer.config import validate
-    from lrtransfer.schema import TOKENS
+    from lrtransfer.options.schema import TOKENS
 
     @dataclass
     class BigramConfig:
@@ -319,7 +319,7 @@ def test_losses_average_every_prediction_of_a_run():
 # ---------------------------------------------------------------- a token model trains through the engine
 @pytest.fixture
 def bigram(monkeypatch):
-    from lrtransfer.model.layers import OUTPUT, Atom, Sequential
+    from lrtransfer.nn import OUTPUT, Atom, Sequential
 
     class Bigram(Atom):
         def __init__(self, vocab: int, runs: int) -> None:
@@ -331,14 +331,14 @@ def bigram(monkeypatch):
                 return self.weight[:, x]
             return self.weight[torch.arange(len(self.weight))[:, None, None], x]
 
-    module = types.ModuleType("lrtransfer.model.bigram_test")
+    module = types.ModuleType("lrtransfer.options.model.bigram_test")
     module.build = lambda options, param, *, width, depth, runs, input_shape, output_dim: Sequential([Bigram(output_dim, runs)])
-    monkeypatch.setitem(sys.modules, "lrtransfer.model.bigram_test", module)
+    monkeypatch.setitem(sys.modules, "lrtransfer.options.model.bigram_test", module)
 
 
 def test_a_token_model_trains_batched_as_one_run_at_a_time(tmp_path, bigram):
-    from lrtransfer import engine
-    from lrtransfer.engine import Run
+    from lrtransfer.training import engine
+    from lrtransfer.training.engine import Run
 
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
@@ -356,8 +356,8 @@ def test_a_token_model_trains_batched_as_one_run_at_a_time(tmp_path, bigram):
 
 
 def test_the_default_text_study_runs_offline(bigram):
-    from lrtransfer import engine
-    from lrtransfer.engine import Run
+    from lrtransfer.training import engine
+    from lrtransfer.training.engine import Run
 
     cfg = bigram_config(None, "data.seq_len=32", "data.eval_size=8", "train.steps=60", "train.batch_size=16")
     (res,) = engine.train(build.job(cfg), [Run(log2_lr=-3, seed=0)])
@@ -366,8 +366,8 @@ def test_the_default_text_study_runs_offline(bigram):
 
 # ---------------------------------------------------------------- images through the engine and the CLI
 def test_image_runs_batched_equal_one_at_a_time_with_augmentation(tmp_path):
-    from lrtransfer import engine
-    from lrtransfer.engine import Run
+    from lrtransfer.training import engine
+    from lrtransfer.training.engine import Run
 
     write_cifar(tmp_path)
     over = ["data=cifar10", f"data.root={tmp_path}", "data.augment=true", "data.eval_size=32", "width=16",

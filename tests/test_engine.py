@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lrtransfer import build
-from lrtransfer import engine
-from lrtransfer.engine import Run
-from lrtransfer.build import model as build_model
-from lrtransfer.build import optimizer as build_optimizer
-from lrtransfer.schedule import lr_factor
-from lrtransfer.build import parameterization as build_param
+from lrtransfer.training import build
+from lrtransfer.training import engine, memory
+from lrtransfer.training.engine import Run
+from lrtransfer.training.build import model as build_model
+from lrtransfer.training.build import optimizer as build_optimizer
+from lrtransfer.training.schedule import lr_factor
+from lrtransfer.training.build import parameterization as build_param
 from tests.conftest import typed
 
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu"]
@@ -166,7 +166,7 @@ def test_chunked_ensembles_equal_one_ensemble():
     over = [*SMALL, "train.dtype=float64", "train.steps=20", "n_seeds=2"]
     runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]
     whole = engine.train(build.job(typed(*over)), runs)
-    one_run = engine.footprint(build.job(typed(*over), torch.device("cpu")))
+    one_run = memory.footprint(build.job(typed(*over), torch.device("cpu")))
     budget = 1.5 * one_run.bytes_per_run / 2**30  # room for one run, not two
     for chunk in ("engine.chunk=4", f"engine.max_memory_gb={budget}"):  # 4+2 runs; 1 run each
         parts = engine.train(build.job(typed(*over, chunk)), runs)
@@ -179,27 +179,27 @@ def test_chunked_ensembles_equal_one_ensemble():
 def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
     cpu = torch.device("cpu")
     cfg = typed("width=512")
-    fp = engine.footprint(build.job(cfg, cpu))
+    fp = memory.footprint(build.job(cfg, cpu))
     hidden = 512 * 512
     assert hidden < fp.weights < 1.2 * hidden and fp.element == 4
-    monkeypatch.setattr(engine, "last_level_cache", lambda: 10**12)  # memory alone decides
+    monkeypatch.setattr(memory, "last_level_cache", lambda: 10**12)  # memory alone decides
     budget = 3.5 * fp.bytes_per_run / 2**30
-    assert engine.chunk_size(build.job(typed("width=512", f"engine.max_memory_gb={budget}"), cpu), 11) == 3  # 3, 3, 3, 2
-    monkeypatch.setattr(engine, "last_level_cache", lambda: 4 * fp.working_set_per_run)
-    assert engine.chunk_size(build.job(cfg, cpu), 11) == 4  # 4, 4, 3: equal chunks within the cache
-    assert engine.chunk_size(build.job(typed("width=512", "engine.chunk=2"), cpu), 11) == 2
-    assert engine.chunk_size(build.job(typed("width=512", "engine.batched=false"), cpu), 11) == 1
-    assert engine.last_level_cache() >= 2**20
+    assert memory.chunk_size(build.job(typed("width=512", f"engine.max_memory_gb={budget}"), cpu), 11) == 3  # 3, 3, 3, 2
+    monkeypatch.setattr(memory, "last_level_cache", lambda: 4 * fp.working_set_per_run)
+    assert memory.chunk_size(build.job(cfg, cpu), 11) == 4  # 4, 4, 3: equal chunks within the cache
+    assert memory.chunk_size(build.job(typed("width=512", "engine.chunk=2"), cpu), 11) == 2
+    assert memory.chunk_size(build.job(typed("width=512", "engine.batched=false"), cpu), 11) == 1
+    assert memory.last_level_cache() >= 2**20
 
 
 def test_a_run_above_the_memory_budget_is_refused_before_training():
     """The sweep's planning calls check_fits on every job before any trains (test_bad_input covers the CLI)."""
     cpu = torch.device("cpu")
-    need = engine.footprint(build.job(typed("width=512"), cpu)).bytes_per_run
+    need = memory.footprint(build.job(typed("width=512"), cpu)).bytes_per_run
     label = "width=512 depth=3 train.batch_size=64"
-    with pytest.raises(engine.MemoryLimitError, match="width=512 depth=3 .* one run needs about"):
-        engine.check_fits(build.job(typed("width=512", f"engine.max_memory_gb={0.9 * need / 2**30}"), cpu), label)
-    engine.check_fits(build.job(typed("width=512", f"engine.max_memory_gb={1.1 * need / 2**30}"), cpu), label)
+    with pytest.raises(memory.MemoryLimitError, match="width=512 depth=3 .* one run needs about"):
+        memory.check_fits(build.job(typed("width=512", f"engine.max_memory_gb={0.9 * need / 2**30}"), cpu), label)
+    memory.check_fits(build.job(typed("width=512", f"engine.max_memory_gb={1.1 * need / 2**30}"), cpu), label)
 
 
 def test_opt_in_precisions():

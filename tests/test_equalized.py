@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from lrtransfer.build import model as build_model
-from lrtransfer.build import optimizer as build_optimizer
-from lrtransfer.build import parameterization as build_param
+from lrtransfer.training.build import model as build_model
+from lrtransfer.training.build import optimizer as build_optimizer
+from lrtransfer.training.build import parameterization as build_param
 from tests.conftest import typed
 
 CPU = ["engine.device=cpu"]

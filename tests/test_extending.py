@@ -1,7 +1,7 @@
 """An option is one module and one YAML file: copying an option's two files under a new
 name (and renaming it inside them) adds an option that works with no other file touched.
 
-Checked in a temporary copy of the package, as README's "Extending" describes it: a
+Checked in a temporary copy of the package, as docs/extending.md describes it: a
 parameterization (standard -> mystd), a model (mlp -> mymlp) and an optimizer
 (adam -> myadam), the model and the optimizer under every parameterization. A copy
 computes what its original computes, number for number, so a copy that loses a
@@ -24,7 +24,7 @@ PARAMS = ("standard", "equalized", "mup", "modular")
 
 
 def copy_option(pkg: Path, group: str, old: str, new: str) -> None:
-    for src, dst in ((pkg / group / f"{old}.py", pkg / group / f"{new}.py"),
+    for src, dst in ((pkg / "options" / group / f"{old}.py", pkg / "options" / group / f"{new}.py"),
                      (pkg / "conf" / group / f"{old}.yaml", pkg / "conf" / group / f"{new}.yaml")):
         dst.write_text(re.sub(rf"\b{old}\b", new, src.read_text()))
 
@@ -38,7 +38,7 @@ def test_an_option_copied_under_a_new_name_works_with_no_other_file_touched(tmp_
     params = ",".join(PARAMS + ("mystd",))
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", "from lrtransfer.cli import main; main()", "sweep", "model=mlp,mymlp", "optim=adam,myadam",
+        [sys.executable, "-c", "from lrtransfer.cli.app import main; main()", "sweep", "model=mlp,mymlp", "optim=adam,myadam",
          f"param={params}", "width=16", "depth=3", "train.steps=8", "train.batch_size=8", "data.eval_size=16",
          "lr.log2_min=-8", "lr.log2_max=-6", "lr.log2_step=2", "engine.progress=false", "engine.threads=1",
          f"results_dir={results}", "name=copies"],

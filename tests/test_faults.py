@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lrtransfer import build, engine, stop
-from lrtransfer.engine import Run
-from lrtransfer.checkpoint import FileCheckpoint
+from lrtransfer.training import build, engine, stop
+from lrtransfer.training.engine import Run
+from lrtransfer.sweeps.checkpoint import FileCheckpoint
 from tests.conftest import TINY, lrtransfer_cmd, typed
 
 
@@ -141,7 +141,7 @@ def test_overlapping_sweeps_train_every_job_exactly_once(tmp_path, widths):
     for log in (tmp_path / "s").glob("*/job.log"):  # each job trained once, and its log is its own
         lines = log.read_text().splitlines()
         assert sum("runs on" in line for line in lines) == 1, lines
-        assert all(log.parent.name in line for line in lines if "lrtransfer.job" in line), lines
+        assert all(log.parent.name in line for line in lines if "lrtransfer.sweeps.job" in line), lines
     assert not list((tmp_path / "s").rglob("*.tmp"))
 
 
@@ -212,7 +212,7 @@ def test_a_failed_checkpoint_write_is_reported_and_training_goes_on(tmp_path, mo
 def test_a_full_disk_when_writing_a_record_keeps_finished_records(cli, tmp_path, monkeypatch):
     import errno
 
-    from lrtransfer import job
+    from lrtransfer.sweeps import job
 
     real = job.write_record
 
@@ -242,7 +242,7 @@ def test_files_get_the_umask_mode(cli, tmp_path):
 
 
 def test_the_interrupt_message_says_whether_a_rerun_resumes():
-    from lrtransfer.sweep import SweepReport, _interrupted_message
+    from lrtransfer.sweeps.launch import SweepReport, _interrupted_message
 
     saved = SweepReport(returns=[{"status": "complete"}, {"status": "interrupted", "checkpoint": True}])
     assert "1 running job(s) saved a checkpoint: re-run the same command to resume them" in _interrupted_message(saved)

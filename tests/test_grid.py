@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from lrtransfer import build, engine
+from lrtransfer.training import build, engine
 from lrtransfer.config import inner_grid, semantic
-from lrtransfer.engine import Run
-from lrtransfer.job import run_record, runs_of
+from lrtransfer.training.engine import Run
+from lrtransfer.sweeps.job import run_record, runs_of
 from lrtransfer.store import job_id
 from tests.conftest import TINY, compose, typed
 
@@ -221,7 +221,8 @@ def test_plain_and_grid_jobs_form_separate_groups_and_plain_ones_are_analysed_as
 
 
 def test_the_joint_figure(tmp_path):
-    from lrtransfer import analysis, plots
+    from lrtransfer import analysis
+    from lrtransfer.reporting import plots
 
     for i, w in enumerate((64, 128, 256)):
         grid_record(tmp_path, w, lr_opt=-6 - i, wd_opt=0.01)
@@ -245,8 +246,8 @@ def test_summary_and_report_show_the_joint_optimum(cli, tmp_path):
 def test_a_grid_job_resumes_from_its_checkpoint_file(tmp_path, monkeypatch):
     """The runs' values survive the checkpoint file (torch.save, weights_only load): a job
     stopped half-way resumes to the very numbers of an uninterrupted one."""
-    from lrtransfer import stop
-    from lrtransfer.checkpoint import FileCheckpoint
+    from lrtransfer.training import stop
+    from lrtransfer.sweeps.checkpoint import FileCheckpoint
 
     built = build.job(typed(*SMALL, "train.steps=40"))
     runs = grid_runs(*WD)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lrtransfer.optim import kernels
+from lrtransfer.options.optim import kernels
 
 
 def plain(grads_seq, dtype):

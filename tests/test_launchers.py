@@ -32,7 +32,7 @@ def needs(module: str):
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory):
     """The reference: the same sweep with Hydra's basic (in-process) launcher."""
-    from lrtransfer.sweep import launch
+    from lrtransfer.sweeps.launch import launch
 
     root = tmp_path_factory.mktemp("basic")
     launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])

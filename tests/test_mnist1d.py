@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from lrtransfer import build, engine
-from lrtransfer.data import ensure_files
-from lrtransfer.data import mnist1d as m1d
-from lrtransfer.data.formats import DataError
-from lrtransfer.engine import Run
-from lrtransfer.model.layers import Conv, Linear
-from lrtransfer.param.modular import PerTap, Spectral
+from lrtransfer.training import build, engine
+from lrtransfer.options.data import ensure_files
+from lrtransfer.options.data import mnist1d as m1d
+from lrtransfer.options.data.formats import DataError
+from lrtransfer.training.engine import Run
+from lrtransfer.nn import Conv, Linear
+from lrtransfer.options.param.modular import PerTap, Spectral
 from lrtransfer.store import job_id
 from tests.conftest import compose, typed
 from tests.test_architectures import GOOD_LR, PARAMS, assert_batched_equals_alone, built, toeplitz

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from lrtransfer.config import ConfigError
-from lrtransfer.build import model as build_model
-from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Activation, Atom, Linear, Sequential
-from lrtransfer.build import optimizer as build_optimizer
-from lrtransfer.build import parameterization as build_param
-from lrtransfer.param.modular import RMS, Spectral, orthogonalize, targets
+from lrtransfer.training.build import model as build_model
+from lrtransfer.nn import HIDDEN, INPUT, OUTPUT, Activation, Atom, Linear, Sequential
+from lrtransfer.training.build import optimizer as build_optimizer
+from lrtransfer.training.build import parameterization as build_param
+from lrtransfer.options.param.modular import RMS, Spectral, orthogonalize, targets
 from tests.conftest import typed
 
 CPU = ["engine.device=cpu", "param=modular"]

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from lrtransfer import build, engine
-from lrtransfer.engine import Run
-from lrtransfer.linalg import NS_BAND, QUINTIC, newton_schulz
-from lrtransfer.model.layers import HIDDEN, INPUT, OUTPUT, Conv, Linear
-from lrtransfer.param.base import Slot
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
+from lrtransfer.nn.linalg import NS_BAND, QUINTIC, newton_schulz
+from lrtransfer.nn import HIDDEN, INPUT, OUTPUT, Conv, Linear
+from lrtransfer.options.param.base import Slot
 from tests.conftest import typed
 from tests.test_architectures import MODELS, mnist_root, model_overrides  # noqa: F401  (a fixture)
 from tests.test_mnist1d import cache  # noqa: F401  (a fixture)
@@ -101,7 +101,7 @@ def test_each_scale_multiplies_the_orthogonalised_momentum_by_its_formula(scale)
 
 
 def test_the_other_tensors_get_adams_direction_times_the_ratio():
-    from lrtransfer.optim.kernels import adam_directions_
+    from lrtransfer.options.optim.kernels import adam_directions_
 
     atoms = hidden_atoms(2) + [Linear(10, 48, role=INPUT, runs=2).double(), Linear(96, 3, role=OUTPUT, runs=2).double()]
     slots = slots_of(atoms)
@@ -240,7 +240,7 @@ def test_each_model_trains_with_muon_under_each_parameterization(model, param, m
 
 
 def test_a_model_without_a_hidden_matrix_is_refused_before_training():
-    from lrtransfer.schema import ConfigError
+    from lrtransfer.options.schema import ConfigError
 
     cfg = typed(*CPU, "depth=2")
     with pytest.raises(ConfigError, match="optim=muon orthogonalises hidden matrices .* but this model has none"):

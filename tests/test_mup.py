@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
-from lrtransfer import build
-from lrtransfer import engine
-from lrtransfer.engine import Run
-from lrtransfer.build import model as build_model
-from lrtransfer.model.layers import Linear
-from lrtransfer.build import parameterization as build_param
+from lrtransfer.training import build
+from lrtransfer.training import engine
+from lrtransfer.training.engine import Run
+from lrtransfer.training.build import model as build_model
+from lrtransfer.nn import Linear
+from lrtransfer.training.build import parameterization as build_param
 from tests.conftest import typed
 
 CPU = ["engine.device=cpu"]

@@ -13,7 +13,7 @@ from tests.conftest import TINY
 
 
 def test_a_job_reports_its_run_steps_to_its_folder(tmp_path):
-    from lrtransfer import progress
+    from lrtransfer.sweeps import progress
 
     with progress.job_steps("job", 100, tmp_path) as advance:
         advance(30)  # the first report is written at once, later ones at most once a second
@@ -24,13 +24,13 @@ def test_a_job_reports_its_run_steps_to_its_folder(tmp_path):
 
 
 def test_the_sweep_bar_counts_work_written_by_other_processes(tmp_path):
-    from lrtransfer import progress
+    from lrtransfer.sweeps import progress
 
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
     with progress.sweep_display({a: 100, b: 50, c: 10}) as display:
-        code = f"from lrtransfer.progress import StepFile; s = StepFile({str(a)!r}); s.add(40)"
+        code = f"from lrtransfer.sweeps.progress import StepFile; s = StepFile({str(a)!r}); s.add(40)"
         subprocess.run([sys.executable, "-c", code], check=True)  # a worker, 40 of its 100 run-steps done
         (b / "record.json").write_text("{}")  # a finished job: all of its 50
         deadline = time.monotonic() + 30

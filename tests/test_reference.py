@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrtransfer.inspect import tensors
-from lrtransfer.build import model as build_model
-from lrtransfer.build import optimizer as build_optimizer
-from lrtransfer.build import parameterization as build_param
+from lrtransfer.diagnostics.inspect import tensors
+from lrtransfer.training.build import model as build_model
+from lrtransfer.training.build import optimizer as build_optimizer
+from lrtransfer.training.build import parameterization as build_param
 from tests.conftest import typed
 
 REFERENCE = Path(__file__).parent / "reference"

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lrtransfer import analysis, plots
+from lrtransfer import analysis
+from lrtransfer.reporting import plots
 from tests.test_analysis import WIDTHS, fake_record, study
 
 

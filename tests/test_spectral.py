@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from lrtransfer import build, engine
-from lrtransfer.engine import Run
-from lrtransfer.linalg import as_matrices
-from lrtransfer.model.layers import HIDDEN, Atom
-from lrtransfer.param.base import Slot
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
+from lrtransfer.nn.linalg import as_matrices
+from lrtransfer.nn import HIDDEN, Atom
+from lrtransfer.options.param.base import Slot
 from tests.conftest import typed
 from tests.test_architectures import MODELS, mnist_root, model_overrides  # noqa: F401  (a fixture)
 from tests.test_mnist1d import cache  # noqa: F401  (a fixture)

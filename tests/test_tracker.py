@@ -37,7 +37,7 @@ def _curve(run: dict) -> list[tuple[int, float]]:
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     """tracker -> (results folder of a one-job study logged to it, its record)."""
-    from lrtransfer.sweep import launch
+    from lrtransfer.sweeps.launch import launch
 
     out = {}
     for name in TRACKERS:
@@ -110,7 +110,7 @@ def test_composing_and_validating_imports_no_tracker_library():
 
 
 def test_a_tracker_failure_is_one_warning_and_the_record_stays(cli, tmp_path, monkeypatch):
-    from lrtransfer.tracker import none
+    from lrtransfer.options.tracker import none
 
     def broken(options, job):
         raise RuntimeError("the tracker's disk is full\nsecond line")
@@ -127,8 +127,8 @@ def test_a_tracker_failure_is_one_warning_and_the_record_stays(cli, tmp_path, mo
 
 def test_the_job_tags_name_what_made_it(monkeypatch, tmp_path):
     """The overrides a tracker tags a job with are the ones that tell jobs apart."""
-    from lrtransfer.sweep import launch
-    from lrtransfer.tracker import none
+    from lrtransfer.sweeps.launch import launch
+    from lrtransfer.options.tracker import none
 
     seen = []
     monkeypatch.setattr(none, "log", lambda options, job: seen.append(job))
@@ -176,7 +176,7 @@ def test_tensorboard_event_files_hold_each_runs_curve_and_final_numbers(swept):
 
 
 def test_tensorboard_a_skipped_job_is_not_relogged_and_a_rerun_replaces_its_files(swept):
-    from lrtransfer.sweep import launch
+    from lrtransfer.sweeps.launch import launch
 
     study, record = _swept(swept, "tensorboard")
     files = lambda: sorted(p for p in (study / "tensorboard").rglob("events.out.tfevents.*"))  # noqa: E731
@@ -299,8 +299,8 @@ def test_mlflow_file_store_holds_a_run_per_job_and_a_nested_run_per_lr(swept, mo
 
 def test_the_cli_imports_no_tracker():
     """`lrtransfer --help` stays instant: no tracker module or library on the CLI's import path."""
-    names = ("lrtransfer.tracker", "wandb", "mlflow", "tensorboard")
-    code = f"import sys, lrtransfer.cli; print([m for m in {names!r} if m in sys.modules])"
+    names = ("lrtransfer.options.tracker", "wandb", "mlflow", "tensorboard")
+    code = f"import sys, lrtransfer.cli.app; print([m for m in {names!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -312,7 +312,7 @@ DIVERGED = {"log2_lr": 2.0, "lr": 4.0, "seed": 3, "initial_loss": 2.3, "final_lo
 
 
 def _diverged_job(study_dir: Path):
-    from lrtransfer.tracker import Job
+    from lrtransfer.options.tracker import Job
 
     return Job(study="study", job_id="abc123", title="mlp standard adam w=16 d=3 s=3", overrides="width=16",
                study_dir=study_dir, config={"width": 16, "param.name": "standard"}, runs=[DIVERGED])
@@ -354,7 +354,7 @@ def test_runs_of_a_grid_job_are_logged_apart_with_their_value(tmp_path):
         pytest.skip("tensorboard is not installed (pip install 'lrtransfer[tensorboard]')")
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    from lrtransfer.sweep import launch
+    from lrtransfer.sweeps.launch import launch
 
     launch([*SWEEP, "lr.log2_max=-10", "grid.optim.weight_decay=[0,0.01]", "tracker=tensorboard",
             f"results_dir={tmp_path}", "name=study"])

@@ -9,15 +9,15 @@ import math
 import pytest
 import torch
 
-from lrtransfer import build
-from lrtransfer import engine
+from lrtransfer.training import build
+from lrtransfer.training import engine
 from lrtransfer.config import ConfigError
-from lrtransfer.engine import Run
-from lrtransfer.build import model as build_model
-from lrtransfer.model.layers import Activation, Embedding, Gain, Linear
-from lrtransfer.model.transformer import CausalSelfAttention
-from lrtransfer.build import parameterization as build_param
-from lrtransfer.param.modular import RowL2, targets
+from lrtransfer.training.engine import Run
+from lrtransfer.training.build import model as build_model
+from lrtransfer.nn import Activation, Embedding, Gain, Linear
+from lrtransfer.options.model.transformer import CausalSelfAttention
+from lrtransfer.training.build import parameterization as build_param
+from lrtransfer.options.param.modular import RowL2, targets
 from tests.conftest import typed
 
 PARAMS = ["standard", "equalized", "mup", "modular"]

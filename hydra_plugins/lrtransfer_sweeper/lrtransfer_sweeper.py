@@ -21,7 +21,7 @@ class LRTransferSweeperConf:
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None
     rerun: bool = False  # recompute jobs whose record is already complete
-    action: str = "run"  # run | plan: list the jobs and what is done, train nothing (lrtransfer.sweep_plan)
+    action: str = "run"  # run | plan: list the jobs and what is done, train nothing (lrtransfer.sweeps.plan)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="lrtransfer", node=LRTransferSweeperConf, provider="lrtransfer")
@@ -35,6 +35,6 @@ class LRTransferSweeper(BasicSweeper):
         self.action = action
 
     def sweep(self, arguments: List[str]) -> Any:
-        from lrtransfer.sweep import sweep
+        from lrtransfer.sweeps.launch import sweep
 
         return sweep(self, arguments)

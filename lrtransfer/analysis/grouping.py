@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, plain
-from lrtransfer.schema import RUN_SETTINGS
+from lrtransfer.config import RUN_SETTINGS
 
 # Columns that never define a group: replicates, the LR grid, how a job ran and where
 # its results also went (RUN_SETTINGS: engine, tracker).

@@ -1,0 +1,5 @@
+"""`python -m lrtransfer.cli` is the `lrtransfer` command."""
+
+from lrtransfer.cli.app import main
+
+main()

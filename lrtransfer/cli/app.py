@@ -1,0 +1,324 @@
+"""The `lrtransfer` command.
+
+Only typer is imported at module level: torch, Hydra, pandas and matplotlib load
+inside the command that needs them, so `lrtransfer --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from lrtransfer.cli import show
+from lrtransfer.cli.completion import complete_override, use_override_aware_bash_script
+
+app = typer.Typer(
+    help="Does my learning rate transfer when I scale this model up? Sweep, summarise, plot.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+use_override_aware_bash_script()
+
+HYDRA_HELP = (
+    "Hydra overrides: key=value, comma lists and range() sweep (width=64,256,1024 seed=range(3)); "
+    "group options (model=mlp param=standard optim=sgd data=teacher study=width). "
+    "-h lists the groups, their options and the keys; --cfg job prints the (first) job's config; "
+    "Hydra's other flags pass through (--info, --config-dir DIR)."
+)
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def sweep(
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help=HYDRA_HELP, show_default=False, autocompletion=complete_override
+    ),
+    rerun: bool = typer.Option(False, "--rerun", help="Recompute jobs that already have a complete record."),
+    plan: bool = typer.Option(
+        False, "--plan", help="List the jobs this sweep would run, which are done or running, and the work left; train nothing."
+    ),
+) -> None:
+    """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
+    from lrtransfer.training import stop
+    from lrtransfer.sweeps.launch import launch
+
+    argv = list(overrides or [])
+    if "-h" in argv:  # Hydra's own app help would list internal groups
+        from lrtransfer.cli.catalog import help_text
+
+        typer.echo(help_text())
+        return
+    view = _pop_cfg_job(argv)
+    if plan or view:
+        show.plan(launch(argv, action="plan"), view)
+        return
+    if rerun:
+        argv.append("hydra.sweeper.rerun=true")
+    try:
+        with stop.graceful():
+            report = launch(argv)
+    except KeyboardInterrupt as e:  # stop.Interrupted says what was saved; a bare one is a second Ctrl-C
+        message = str(e) if isinstance(e, stop.Interrupted) and str(e) else (
+            "interrupted at once: finished records are kept; re-run the same command to compute the rest")
+        typer.echo(message, err=True)
+        raise typer.Exit(130) from None
+    if report is None:  # --cfg, --info: Hydra printed what was asked
+        return
+    show.sweep_report(report)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _pop_cfg_job(argv: list[str]) -> str | None:
+    """Take `--cfg job [--resolve]` out of ARGV: the plan shows the first job's config, which works
+    for a sweep too (Hydra's --cfg cannot compose comma lists). Returns None, "raw" or "resolved"."""
+    for i, (flag, value) in enumerate(zip(argv, argv[1:])):
+        if flag in ("--cfg", "-c") and value == "job" and not {"--package", "-p"} & set(argv):
+            del argv[i : i + 2]
+            if "--resolve" in argv:
+                argv.remove("--resolve")
+                return "resolved"
+            return "raw"
+    return None
+
+
+DIR_HELP = "A results folder, or one study inside it."
+METRIC_HELP = "train_loss | eval_loss | eval_acc"
+
+
+@app.command()
+def summary(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    metric: str = typer.Option("train_loss", help=METRIC_HELP),
+) -> None:
+    """Each scale's best LR, the drift of the optimum (octaves per doubling) with its 95% interval, a verdict;
+    with a grid.<key> axis, each scale's joint optimum (LR, value) and the value's drift."""
+    from lrtransfer import analysis
+
+    analysis.check_metric(metric)
+    with show.warnings_to_stderr():
+        doc = analysis.summarize(directory, metric)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=1))
+    else:
+        show.summary(doc)
+
+
+@app.command()
+def plot(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    out: Optional[Path] = typer.Option(None, help="Where figures go [default: DIRECTORY/figures]."),
+    metric: str = typer.Option("train_loss", help=METRIC_HELP),
+    curves_lr: Optional[float] = typer.Option(
+        None, "--curves-lr", help="log2 LR of the training-curve figure [default: the smallest scale's best]."
+    ),
+) -> None:
+    """Figures per study: loss vs log2 LR, optimum vs scale (drift), training curves; PNG + PDF."""
+    from lrtransfer import analysis
+    from lrtransfer.reporting import plots
+
+    analysis.check_metric(metric)
+    with show.warnings_to_stderr():
+        groups = analysis.groups(analysis.load_runs(directory), metric)
+    show.group_warnings(groups)
+    paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
+    for p in paths:
+        typer.echo(f"wrote {p} (+ .pdf)")
+
+
+@app.command()
+def report(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    out: Optional[Path] = typer.Option(None, help="The HTML file [default: DIRECTORY/report.html]."),
+    metric: str = typer.Option("train_loss", help=METRIC_HELP),
+    curves_lr: Optional[float] = typer.Option(None, "--curves-lr", help="log2 LR of the training-curve figure."),
+) -> None:
+    """One self-contained HTML file: summary tables, figures (embedded), configs. Attach it to a message."""
+    from lrtransfer import analysis
+    from lrtransfer.reporting import html as html_report
+
+    analysis.check_metric(metric)
+    with show.warnings_to_stderr():
+        found = analysis.scan(directory)
+    if found.runs.empty:
+        analysis.load_runs(directory)  # raises the usual "no finished records"
+    groups = analysis.groups(found.runs, metric)
+    text = html_report.build(directory, found, groups, metric, curves_lr)
+    path = html_report.write(out or Path(directory) / "report.html", text)
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@app.command()
+def predict(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    width: Optional[float] = typer.Option(None, "--width", help="Predict at this width (groups whose axis is width)."),
+    depth: Optional[float] = typer.Option(None, "--depth", help="Predict at this depth (groups whose axis is depth)."),
+    at: Optional[float] = typer.Option(None, "--at", help="Predict at this value of each group's own axis."),
+    axis: Optional[str] = typer.Option(
+        None, "--axis", help="With --at: only groups on this axis (train.steps, train.batch_size, ...)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    metric: str = typer.Option("train_loss", help=METRIC_HELP),
+) -> None:
+    """The optimal LR the measured optima predict at a new scale (a parabola in log2 scale from five scales on, else the drift's line), with a 95% prediction interval, and the loss given up there by using the smallest scale's best LR."""
+    from lrtransfer import analysis
+    from lrtransfer.analysis import prediction
+    from lrtransfer.errors import UserError
+
+    analysis.check_metric(metric)
+    given = [(flag, v) for flag, v in (("--width", width), ("--depth", depth), ("--at", at)) if v is not None]
+    if len(given) != 1:
+        raise UserError("give one scale to predict at: --width N, --depth N, or --at N (each group's own axis; "
+                        f"--axis KEY picks groups), got {' '.join(f for f, _ in given) or 'none'}")
+    (flag, value), = given
+    if flag != "--at":
+        if axis not in (None, flag[2:]):
+            raise UserError(f"--axis {axis} contradicts {flag}; give --axis {axis} --at N")
+        axis = flag[2:]
+    prediction.check_scale(value, flag)  # before reading any record
+    with show.warnings_to_stderr():
+        groups = analysis.groups(analysis.load_runs(directory), metric)
+    preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
+    for message in skipped:
+        typer.echo(f"warning: {message}", err=True)
+    if as_json:
+        doc = {"metric": metric, "at": value, "confidence": analysis.CONFIDENCE,
+               "predictions": [prediction.prediction_dict(p) for p in preds]}
+        typer.echo(json.dumps(doc, indent=1))
+        return
+    for p in preds:
+        show.prediction(p, metric)
+
+
+@app.command()
+def export(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    fmt: str = typer.Option("csv", "--format", help="csv | parquet (parquet needs pyarrow)."),
+    out: Optional[Path] = typer.Option(None, help="The file [default: DIRECTORY/runs.csv or .parquet]."),
+) -> None:
+    """Every run as one row (config columns + metrics): pandas.read_csv / read_parquet loads it."""
+    from lrtransfer import analysis
+    from lrtransfer.reporting.export import check_format, write_table
+
+    check_format(fmt)
+    path = out or Path(directory) / f"runs.{fmt}"
+    with show.warnings_to_stderr():
+        table = analysis.export_frame(analysis.load_runs(directory))
+    write_table(table, path, fmt)
+    typer.echo(f"wrote {path} ({len(table)} runs, {len(table.columns)} columns)")
+
+
+@app.command("list")
+def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> None:
+    """The studies and groups found, with job and run counts and how many runs diverged or jobs failed."""
+    from rich.table import Table
+
+    from lrtransfer import analysis
+
+    with show.warnings_to_stderr():
+        found = analysis.scan(directory)
+    if found.runs.empty and not found.failed:
+        analysis.load_runs(directory)  # raises the usual "no finished records"
+    table = Table(title=f"{directory}", title_justify="left")
+    for col, just in [("study", "left"), ("group", "left"), ("axis", "left"), ("scales", "left"),
+                      ("jobs", "right"), ("runs", "right"), ("diverged", "right")]:
+        table.add_column(col, justify=just)
+    rows, shared = analysis.overview(found.runs)
+    for r in rows:
+        table.add_row(r["study"], r["group"], r["axis"], ",".join(map(str, r["scales"])), str(r["jobs"]),
+                      str(r["runs"]), str(r["diverged"]))
+    console = show.wide_console()
+    console.print(table)
+    if shared:
+        console.print("all groups: " + "  ".join(f"{k}={v}" for k, v in shared.items()), style="dim")
+    for f in found.failed:
+        typer.echo(f"failed job: {f['path']}: {f.get('error')}")
+    if found.failed:
+        typer.echo(f"{len(found.failed)} failed job(s) (re-run the sweep to retry them)")
+
+
+@app.command("coord-check", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def coord_check(
+    overrides: Optional[List[str]] = typer.Argument(
+        None,
+        help="Config overrides as for sweep (param=mup optim=sgd depth=4 ...); width=64,256,1024 lists the widths "
+        "[default: 64,128,256,512,1024].",
+        show_default=False,
+        autocompletion=complete_override,
+    ),
+    steps: int = typer.Option(3, help="Training steps; panels show steps 0 (init) .. STEPS."),
+    log2_lr: Optional[float] = typer.Option(None, "--log2-lr", help="log2 learning rate [default: the middle of the LR grid]."),
+    seeds: int = typer.Option(2, help="Runs averaged at each width."),
+    out: Optional[Path] = typer.Option(None, help="Output folder [default: RESULTS_DIR/coord-check/NAME]."),
+) -> None:
+    """Mean |activation| of every layer against width over a few steps: flat = width-stable parameterization."""
+    from lrtransfer.diagnostics import coordcheck
+    from lrtransfer.diagnostics.compose import compose
+
+    cfgs = compose(list(overrides or []), default_widths=list(coordcheck.DEFAULT_WIDTHS))
+    data = coordcheck.measure(cfgs, steps=steps, log2_lr=log2_lr, seeds=seeds)
+    paths = coordcheck.save(data, out or coordcheck.output_dir(cfgs[0]))
+    typer.echo(f"coordinate check: {data.title}, widths {','.join(map(str, data.widths))}, "
+               f"log2 LR {data.log2_lr:g}, {data.seeds} seeds")
+    typer.echo("log-log slope of mean |activation| against width (0: width-stable; +1: grows like the width)")
+    typer.echo(coordcheck.slope_table(data))
+    typer.echo(f"wrote {paths[0]}, {paths[1]} (+ .pdf)")
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def inspect(
+    overrides: Optional[List[str]] = typer.Argument(
+        None,
+        help="Config overrides as for sweep (param=mup width=256 param.base_width=64 ...); width=64,256,1024 "
+        "prints one table per width and the ratios between them.",
+        show_default=False,
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: {config, tensors} (a list of them for several widths)."),
+) -> None:
+    """Each trained tensor's role, init std (seed 0), forward and LR multipliers, and under param=modular its target norm."""
+    from lrtransfer.diagnostics import inspect as inspection
+    from lrtransfer.diagnostics.compose import compose
+
+    cfgs = compose(list(overrides or []), default_widths=None, min_widths=1, command="inspect")
+    docs = [inspection.inspect(cfg) for cfg in cfgs]
+    if as_json:
+        typer.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
+        return
+    for doc in docs:
+        typer.echo(f"== {inspection.describe(doc)}")
+        typer.echo(inspection.table(doc) + "\n")
+        for note in doc.get("notes", []):
+            typer.echo(note)
+    if len(docs) > 1:
+        typer.echo("== ratios to the first width")
+        typer.echo(inspection.ratio_table(docs))
+
+
+def main() -> None:
+    """Entry point: run the app; known user errors become one line and exit code 2."""
+    import os
+
+    from lrtransfer.sweeps.messages import describe
+
+    # Before torch loads OpenMP: idle threads sleep instead of spin-waiting. With the
+    # default (active) policy, two threads of one process slowed small ops 10-150x
+    # whenever anything else used a core (measured: 46.8 s -> 0.3 s for a small job).
+    # Launcher workers inherit the variable.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+    try:
+        app()
+    except Exception as e:
+        message = describe(e)
+        if message is None:
+            raise
+        typer.echo(f"error: {message}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

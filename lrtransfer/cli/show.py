@@ -1,0 +1,182 @@
+"""What the commands print: the sweep's report, the summary's tables, predictions, warnings.
+
+Imported only by a command that prints one of these (rich, and the analysis' names,
+load then); the numbers come ready-made from the analysis (`summary_doc`, `Prediction`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import typer
+
+
+def plan(plan, show: str | None) -> None:
+    from omegaconf import OmegaConf
+
+    from lrtransfer.sweeps.plan import describe
+
+    if show:
+        if len(plan.jobs) > 1:
+            typer.echo(f"# the first of {len(plan.jobs)} jobs ({plan.jobs[0].varying}); "
+                       "lrtransfer sweep --plan lists them all", err=True)
+        typer.echo(OmegaConf.to_yaml(plan.first_config, resolve=show == "resolved"), nl=False)
+        return
+    for line in describe(plan):
+        typer.echo(line)
+
+
+def prediction(p, metric: str) -> None:
+    from lrtransfer.analysis import metric_noun
+
+    lo, hi = p.log2_lr_interval
+    typer.echo("  ".join(f"{k}={v}" for k, v in p.fixed.items()))
+    typer.echo(f"  {p.axis} {p.at:g}: optimal log2 LR {p.log2_lr:+.2f}, 95% prediction interval [{lo:+.2f}, {hi:+.2f}]"
+               f"  (LR {p.lr:.3g}, [{p.lr_interval[0]:.3g}, {p.lr_interval[1]:.3g}])")
+    dlo, dhi = p.drift_ci
+    scales = ",".join(f"{s:g}" for s in p.scales)
+    if p.model == "line":
+        typer.echo(f"  from the drift {p.drift:+.2f} [{dlo:+.2f}, {dhi:+.2f}] over {p.axis} {scales} "
+                   f"(a straight line in log2 {p.axis}); interval: {p.interval_method}")
+    else:
+        llo, lhi = p.line_interval
+        typer.echo(f"  from a parabola in log2 {p.axis} through the optima at {p.axis} {scales}; interval: "
+                   f"{p.interval_method}")
+        typer.echo(f"  a straight line (the drift {p.drift:+.2f} [{dlo:+.2f}, {dhi:+.2f}], constant) gives "
+                   f"{p.line_log2_lr:+.2f} [{llo:+.2f}, {lhi:+.2f}], an interval valid only if the optima do not bend")
+    if p.penalty is not None:
+        plo, phi = p.penalty_interval
+        typer.echo(f"  using {p.axis} {p.scales[0]:g}'s best LR (log2 {p.transfer_log2_lr:g}) gives up about "
+                   f"{p.penalty:.4f} [{plo:.4f}, {phi:.4f}] of {metric} ({metric_noun(metric)} penalty; {p.penalty_method})")
+    for w in p.warnings:
+        typer.echo(f"  warning: {w}")
+    typer.echo("")
+
+
+@contextmanager
+def warnings_to_stderr():
+    """Print the analysis' warnings (skipped records, ...) as `warning: ...` lines."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                typer.echo(f"warning: {w.message}", err=True)
+
+
+def _fmt(v, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def wide_console():
+    """A rich console; piped output gets room for the tables instead of 80 columns."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+def group_warnings(groups) -> None:
+    for g in groups:
+        for w in g.warnings:
+            typer.echo(f"warning: {g.label}: {w}", err=True)
+
+
+def summary(doc: dict) -> None:
+    from rich.table import Table
+
+    from lrtransfer.analysis import metric_noun
+
+    console = wide_console()
+    best = f"best {metric_noun(doc['metric'])}"
+    for g in doc["groups"]:
+        title = "  ".join(f"{k}={v}" for k, v in g["fixed"].items())
+        table = Table(title=title, title_justify="left")
+        cost_lr = _fmt(g.get("transfer_log2_lr"), "+g")
+        for col in (g["axis"], "best log2 LR", "95% interval", "grid best", best, "seeds", "diverged",
+                    f"cost at {cost_lr}"):
+            table.add_column(col, justify="right")
+        for i, s in enumerate(g["scales"]):
+            ci = g["best_log2_lr_ci"][i]
+            where = "" if g["optimum"][i] in ("interior",) else f" ({g['optimum'][i]})"
+            cost = g["transfer_cost"][i]
+            table.add_row(
+                str(s),
+                _fmt(g["best_log2_lr"][i], "+.2f") + where,
+                "-" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]",
+                _fmt(g["grid_best_log2_lr"][i], "+g"),
+                _fmt(g["best_loss"][i], ".4f"),
+                str(g["n_seeds"][i]),
+                f"{g['n_diverged'][i]}/{g['n_runs'][i]}",
+                "-" if cost is None else f"{cost:.4f}",
+            )
+        console.print(table)
+        ci = g["drift_ci"]
+        interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+        console.print(
+            f"drift: [bold]{_fmt(g['drift'], '+.2f')}{interval}[/] octaves of optimal LR per doubling of "
+            f"{g['axis']} -> [bold]{g['verdict']}[/]"
+        )
+        if g.get("interval_method"):
+            console.print(f"  interval: {g['interval_method']}", style="dim")
+        if g.get("joint"):
+            joint(console, g, best)
+        for w in g["warnings"]:
+            console.print(f"  [yellow]warning:[/] {w}")
+        console.print()
+
+
+def joint(console, g: dict, best: str) -> None:
+    """A group with a second inner axis: each scale's joint optimum, and the value's drift."""
+    from rich.table import Table
+
+    j = g["joint"]
+    key = j["key"]
+    table = Table(title=f"joint optimum over (LR, {key}); the table above is at each {g['axis']}'s best {key}",
+                  title_justify="left")
+    for col in (g["axis"], f"best {key}", "best log2 LR", best, *(f"{best} at {v:g}" for v in j["values"])):
+        table.add_column(col, justify="right")
+    for i, s in enumerate(g["scales"]):
+        v, where = j["best_value"][i], j["best_value_where"][i]
+        table.add_row(
+            str(s),
+            ("-" if v is None else f"{v:g}") + ("" if where == "interior" else f" ({where})"),
+            _fmt(g["best_log2_lr"][i], "+.2f"),
+            _fmt(g["best_loss"][i], ".4f"),
+            *(_fmt(x, ".4f") for x in j["best_loss_by_value"][i]),
+        )
+    console.print(table)
+    ci = j["value_drift_ci"]
+    interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    what = f"octaves of best {key}" if j["value_coordinate"] == "log2" else f"best {key} (its own units; the grid holds 0)"
+    console.print(f"{key} drift: [bold]{_fmt(j['value_drift'], '+.3g')}{interval}[/] {what} per doubling of {g['axis']}")
+
+
+def sweep_report(report) -> None:
+    from rich.console import Console
+
+    from lrtransfer import analysis
+
+    console = Console()
+    busy = report.count("busy")
+    line = f"[bold]{report.count('complete', 'failed')}[/] job(s) ran, {report.skipped + report.count('done')} already done"
+    if busy:
+        line += f", {busy} running in another sweep (left to it)"
+    if report.failed:
+        line += f", [bold red]{len(report.failed)}[/] failed"
+    console.print(line)
+    common = set.intersection(*(set(r["overrides"]) for r in report.returns)) if report.returns else set()
+    for f in report.failed:
+        which = " ".join(o for o in f["overrides"] if o not in common) or f["job_id"]
+        console.print(f"  [red]failed[/] {which}: {f.get('error')}")
+    for d in report.study_dirs:
+        try:
+            with warnings_to_stderr():
+                doc = analysis.summarize(d)
+        except analysis.NoRecordsError:
+            continue
+        summary(doc)
+        console.print(f"records: {d}/  (next: lrtransfer plot {d})")

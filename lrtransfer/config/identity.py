@@ -1,0 +1,67 @@
+"""A job's identity: the part of its config that decides what is computed.
+
+`semantic` is what `store.job_id` hashes, so the same point of a sweep lands in the
+same folder whatever launcher, device, tracker or results folder ran it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from omegaconf import DictConfig, OmegaConf
+
+from lrtransfer import options
+from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
+from lrtransfer.options import GROUPS
+
+
+def activation_of(model_name: str, param_name: str, activation: str) -> str:
+    """model.activation with `auto` resolved: the model's own nonlinearity (its options'
+    ACTIVATION), scaled when the parameterization says its models use the scaled forms
+    (its options' SCALED_ACTIVATION: param=modular, whose reference models use only
+    sensitivity-1 nonlinearities, e.g. Modula's GPT its ScaledGELU)."""
+    if activation != "auto":
+        return activation
+    name = getattr(options.of("model").get(model_name), "ACTIVATION", "relu")
+    scaled = getattr(options.of("param").get(param_name), "SCALED_ACTIVATION", False)
+    return f"scaled_{name}" if scaled else name
+
+
+def model_activation(cfg: Config) -> str:
+    """The nonlinearity a validated config's model uses (`activation_of`)."""
+    return activation_of(cfg.model.name, cfg.param.name, cfg.model.activation.value)
+
+
+def semantic(cfg: DictConfig | dict) -> dict:
+    """The part of a resolved config that decides what is computed: a job's identity.
+
+    Output locations (`results_dir`, `name`), how a job runs and where its results
+    also go (`RUN_SETTINGS`: `engine`, `tracker`), Hydra's own settings and the
+    fields a schema marks as `location` (where a dataset lives, whether it may be
+    downloaded) are left out, so the same point is recognised whichever launcher,
+    device, tracker, study folder or data folder ran it.
+    What a choice resolves to is recorded, not the word `auto` (model.activation), and a
+    parameterization's rule REVISION joins its options when non-zero.
+    """
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
+    out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
+    grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
+    if grid:  # no grid (the default): the same identity as before grids existed
+        out["grid"] = grid
+    for group in GROUPS:
+        node = out.get(group)
+        schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None
+        if schema is not None:
+            hidden = {f.name for f in fields(schema) if f.metadata.get("location")}
+            out[group] = {k: v for k, v in node.items() if k not in hidden}
+    model, param = out.get("model"), out.get("param")
+    if isinstance(model, dict) and isinstance(param, dict):
+        if "activation" in model:
+            act = activation_of(model.get("name"), param.get("name"), model["activation"])
+            out["model"] = {**model, "activation": act}
+        revision = getattr(options.of("param").get(param.get("name")), "REVISION", 0)
+        if revision:
+            out["param"] = {**param, "revision": revision}
+    return out
+

@@ -1,0 +1,209 @@
+"""The root config behind `conf/config.yaml`: its typed keys, the LR grid's precedence, Hydra's registration.
+
+The options of each group (model, param, optim, data, tracker) are typed by dataclasses in
+their own modules (see `lrtransfer/options/`); this module types the rest (sizes, seeds, the
+LR grid, training, the engine) and registers both in Hydra's ConfigStore, so Hydra
+rejects an unknown key or a value of the wrong type while composing, before any job
+starts (`validate.py` adds the value checks).
+
+This module imports no torch; `register` (run when `lrtransfer.conf` is imported,
+that is when a config is composed) imports the option modules.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from dataclasses import dataclass, field, fields, make_dataclass
+from enum import Enum
+from typing import Any, List, Optional
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from lrtransfer import options
+from lrtransfer.options import GROUPS
+from lrtransfer.options.schema import ConfigError, Grid
+
+# The config's sections that say how a job runs (`engine`) and where its results also
+# go (`tracker`): they change nothing that is computed, so they are no part of a job's
+# identity (`identity.semantic`) and the analysis never groups runs by them.
+RUN_SETTINGS = ("engine", "tracker")
+
+
+# ---------------------------------------------------------------- choices
+class Schedule(str, Enum):
+    constant = "constant"
+    linear = "linear"
+    cosine = "cosine"
+
+
+class DType(str, Enum):
+    """Training precision. Weights and optimizer state are float32 except under float64;
+    bf16_autocast runs the forward's matmuls in bfloat16 (torch.autocast); tf32 lets
+    CUDA matmuls and convolutions use TensorFloat-32, forward and backward, which the
+    others forbid (no effect on a CPU)."""
+
+    float32 = "float32"
+    float64 = "float64"
+    bf16_autocast = "bf16_autocast"
+    tf32 = "tf32"
+
+
+# ---------------------------------------------------------------- shared keys
+@dataclass
+class LRGrid:
+    """Learning rates 2**log2_min ... 2**log2_max, log2_step octaves apart.
+
+    Each key's value, by precedence: the command line (`lr.log2_min=-16`), else
+    the parameterization's own grid for the optimizer's kind of update (its
+    options' `LR_GRIDS`: where its LR means something else, as the modular norm's
+    target), else the optimizer's (its options' `LR_GRID`). conf/config.yaml
+    fills each key through `lr_default`.
+    """
+
+    log2_min: float = MISSING
+    log2_max: float = MISSING
+    log2_step: float = MISSING
+
+    def size(self) -> int:
+        return int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
+
+    def values(self) -> list[float]:
+        """The grid's log2 learning rates, endpoints included."""
+        return [self.log2_min + i * self.log2_step for i in range(self.size())]
+
+
+def default_grid(param: str, optim: str) -> Grid:
+    """The LR grid of a parameterization under an optimizer, when the command line sets none."""
+    optimizer = options.of("optim")[optim]
+    own = getattr(options.of("param")[param], "LR_GRIDS", {})
+    return own.get(optimizer.UPDATE, optimizer.LR_GRID)
+
+
+def lr_default(key: str, *, _root_: DictConfig) -> float:
+    """`${lrt_lr:KEY}`: KEY of `default_grid` for the chosen parameterization and optimizer."""
+    return float(getattr(default_grid(_root_.param.name, _root_.optim.name), key))
+
+
+@dataclass
+class Train:
+    steps: int = 300
+    batch_size: int = 64
+    schedule: Schedule = Schedule.constant
+    warmup_steps: int = 0
+    # The final loss is the mean training loss over this fraction of the last steps.
+    final_window: float = 0.1
+    # How many points of each run's loss curve the record keeps.
+    history_points: int = 100
+    # A run counts as diverged when its loss is NaN/inf or exceeds this multiple of
+    # its initial loss.
+    diverge_factor: float = 20.0
+    dtype: DType = DType.float32
+
+
+@dataclass
+class Engine:
+    """How a job runs; none of it changes what is computed, so it is not part of a job's identity."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # 0: OMP_NUM_THREADS when a launcher set it, else every core
+    batched: bool = True  # train a job's runs as one ensemble; false: one run at a time
+    # Runs per ensemble: 0 = as many as fit in max_memory_gb (estimated), N = at most N.
+    chunk: int = 0
+    max_memory_gb: float = 4.0
+    progress: bool = True
+    # Save the training state at most this often (seconds; 0: never), and when a stop
+    # is requested; a re-run of an unfinished job resumes from it.
+    checkpoint_s: float = 300.0
+
+
+# ---------------------------------------------------------------- the whole
+@dataclass
+class Config:
+    model: Any = MISSING
+    param: Any = MISSING
+    optim: Any = MISSING
+    data: Any = MISSING
+    name: str = "default"
+    results_dir: str = "results"
+    width: int = 128
+    depth: int = 3
+    seed: int = 0
+    n_seeds: int = 1
+    lr: LRGrid = field(default_factory=LRGrid)
+    # A second inner axis beside the LR: `grid.optim.weight_decay=[0,1e-3,1e-2]` trains
+    # every LR of the grid at each value, in the same job (see `inner_grid`). Typed by
+    # `grid_schema` when registered: one list per key an option declares PER_RUN.
+    grid: Any = field(default_factory=dict)
+    train: Train = field(default_factory=Train)
+    engine: Engine = field(default_factory=Engine)
+    tracker: Any = MISSING  # where results also go (lrtransfer/options/tracker/): no part of a job's identity
+
+
+@cache
+def grid_schema() -> type:
+    """The `grid` node's dataclass: `grid.<group>.<key>`, a list of floats (default null), for
+    every key some option of the group declares in its `PER_RUN` (the numeric options whose
+    code takes one value per run: a (K,) tensor), so Hydra accepts `grid.optim.weight_decay=[...]`
+    and refuses any other key while composing."""
+    nodes = []
+    for group in GROUPS:
+        keys = sorted({k for o in options.of(group).values() for k in getattr(o, "PER_RUN", ())})
+        if keys:
+            node = make_dataclass(f"{group.title()}Grid", [(k, Optional[List[float]], None) for k in keys])
+            nodes.append((group, node, field(default_factory=node)))
+    return make_dataclass("InnerGrid", nodes)
+
+
+def register() -> None:
+    """Make the root schema and every option's dataclass (`schema/<group>/<name>`) visible to Hydra; idempotent."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    root = OmegaConf.structured(Config)
+    root.grid = OmegaConf.structured(grid_schema())
+    cs.store(name="lrtransfer_schema", node=root)
+    for group in GROUPS:
+        for name, node in options.of(group).items():
+            cs.store(group=f"schema/{group}", name=name, node=node)
+    if not OmegaConf.has_resolver("lrt_lr"):
+        OmegaConf.register_new_resolver("lrt_lr", lr_default, use_cache=False)
+
+
+
+def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
+    """The job's second inner axis, `("optim.weight_decay", [0.0, 0.001, 0.01])`, or None.
+
+    `cfg` a typed Config or a resolved config dict (a record's); only the keys set
+    (not null) count.
+    """
+    node = cfg.get("grid") if isinstance(cfg, dict) else cfg.grid
+    found = [(k, v) for k, v in flatten(node).items() if v is not None]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise ConfigError(f"grid takes one key (one more axis beside the LR), got {', '.join('grid.' + k for k, _ in found)}")
+    return found[0]
+
+
+def flatten(node, prefix: str = "") -> dict:
+    """A nested node (a dataclass, a mapping, a DictConfig) as {"group.key": value}: a grid node's
+    keys, or a whole config's as trackers show them."""
+    if node is None:
+        return {}
+    if not isinstance(node, dict) and hasattr(node, "__dataclass_fields__"):
+        node = {f.name: getattr(node, f.name) for f in fields(node)}
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node)
+    if not isinstance(node, dict):
+        return {prefix.rstrip("."): node}
+    out = {}
+    for k, v in node.items():
+        out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, dict) or hasattr(v, "__dataclass_fields__") else {f"{prefix}{k}": v})
+    return out
+
+
+def per_run_keys(cfg: Config) -> list[str]:
+    """The keys of this job whose value may differ between its runs (`grid.<key>`)."""
+    return [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
+

@@ -1,0 +1,202 @@
+"""The checks Hydra's types cannot express: values, combinations, and keys Hydra lets through.
+
+`validate` runs on every job of a sweep before any trains (and again in the job),
+and returns the config as typed objects; every refusal is one `ConfigError` line
+naming the bad value and the valid choices.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import fields, replace
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from lrtransfer import options
+from lrtransfer.config.keys import Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
+from lrtransfer.errors import choices
+from lrtransfer.options import GROUPS
+from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, positive
+
+# Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
+MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
+MAX_ABS_LOG2_LR = 100  # learning rates 2^-100 .. 2^100, well inside float32
+MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (training.memory.check_fits) takes minutes
+
+
+def _check_lr_grid(cfg: Config) -> None:
+    lr = cfg.lr
+    if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
+        raise ConfigError(f"lr grid values must be finite, got {lr}")
+    for key in ("log2_min", "log2_max"):
+        value = getattr(lr, key)
+        if abs(value) > MAX_ABS_LOG2_LR:
+            raise ConfigError(f"lr.{key}={value:g} is out of range; valid: -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR}")
+    positive("lr.log2_step", lr.log2_step)
+    if lr.log2_min > lr.log2_max:
+        raise ConfigError(
+            f"empty LR grid: lr.log2_min={lr.log2_min} is above lr.log2_max={lr.log2_max}"
+        )
+    points = lr.size()
+    if points > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"lr.log2_step={lr.log2_step:g} gives an LR grid of {points} points; "
+                          f"at most {MAX_RUNS_PER_JOB} runs a job (use a larger lr.log2_step)")
+    if points * cfg.n_seeds > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"n_seeds={cfg.n_seeds} x {points} learning rates = {points * cfg.n_seeds} runs in a job; "
+                          f"at most {MAX_RUNS_PER_JOB} (sweep seed=... as separate jobs instead)")
+
+
+def _check_inner_grid(cfg: Config) -> None:
+    found = inner_grid(cfg)
+    if found is None:
+        return
+    key, values = found
+    valid = per_run_keys(cfg)
+    if key not in valid:
+        group, _, leaf = key.partition(".")
+        why = f"{group}={getattr(cfg, group).name} has no such key" if group in GROUPS and not hasattr(getattr(cfg, group), leaf) \
+            else "its value cannot differ between the runs of a job"
+        raise ConfigError(f"grid.{key}: {why}; keys that may vary per run here: {', '.join(valid) or 'none'}")
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"grid.{key}={values!r} must be a non-empty list of numbers, e.g. grid.{key}=[0,1e-3,1e-2]")
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"grid.{key}={values}: every value must be finite, got {bad[0]}")
+    if len(set(values)) < len(values):
+        raise ConfigError(f"grid.{key}={values} repeats a value; each value is trained once")
+    group, _, leaf = key.partition(".")
+    node = getattr(cfg, group)
+    for v in values:  # the option's own checks, for each value (weight_decay >= 0, output_mult > 0)
+        try:
+            if hasattr(node, "check"):
+                replace(node, **{leaf: v}).check()
+        except ConfigError as e:
+            raise ConfigError(f"grid.{key}={values}: {e}") from None
+    runs = cfg.lr.size() * len(values) * cfg.n_seeds
+    if runs > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"grid.{key} has {len(values)} values x {cfg.lr.size()} learning rates x n_seeds={cfg.n_seeds} "
+                          f"= {runs} runs in a job; at most {MAX_RUNS_PER_JOB}")
+
+
+SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine}  # the typed nodes that are not groups
+
+
+def _check_group_shape(cfg: DictConfig, group: str) -> None:
+    """A group's YAML (a user's `--config-dir` one too) must be a mapping typed by its options."""
+    known = options.of(group)
+    node = cfg[group]
+    name = OmegaConf.select(cfg, f"{group}.name", default=None) if isinstance(node, DictConfig) else None
+    if name not in known:
+        raise ConfigError(f"{group}: expected a mapping with name: one of {', '.join(known)}, "
+                          f"got {OmegaConf.to_yaml(node).strip()[:60]!r}")
+    if OmegaConf.get_type(node) is not known[name]:
+        raise ConfigError(f"{group}={name}: its YAML file must start with "
+                          f"'defaults: [/schema/{group}/{name}@_here_, _self_]' (see conf/{group}/)")
+
+
+def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") -> None:
+    """Keys the schema lacks (`+foo=1`) or that were deleted (`~width`): Hydra lets both through."""
+    schema = schema or Config
+    known = [f.name for f in fields(schema)]
+    extra = [k for k in cfg.keys() if k not in known]
+    if extra:
+        raise ConfigError(f"unknown key '{where}{extra[0]}'{choices(known, extra[0])}")
+    missing = [k for k in known if k not in cfg]
+    if missing:
+        raise ConfigError(f"key '{where}{missing[0]}' is required (it cannot be deleted with ~){choices(known)}")
+    if schema is Config:
+        for group in GROUPS:
+            _check_group_shape(cfg, group)
+        known_grid = list(flatten(grid_schema()()))
+        for key in flatten(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
+            if key not in known_grid:
+                raise ConfigError(f"unknown key 'grid.{key}'{choices(['grid.' + k for k in known_grid], 'grid.' + key)}")
+        for key, node in cfg.items():
+            sub = SECTIONS.get(key)
+            if sub is None and key in GROUPS:
+                sub = options.of(key).get(OmegaConf.select(cfg, f"{key}.name", default=None))
+            if sub is not None and isinstance(node, DictConfig):
+                _check_keys(node, sub, f"{key}.")
+
+
+def validate(cfg: DictConfig | Config) -> Config:
+    """Return `cfg` as typed objects, or raise ConfigError naming the bad value."""
+    if isinstance(cfg, DictConfig):
+        if "hydra" in cfg:  # a sweep's job config: drop Hydra's own node, as Hydra does for the task
+            cfg = copy.deepcopy(cfg)
+            with open_dict(cfg):
+                del cfg["hydra"]
+        _check_keys(cfg)
+        cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    if not isinstance(cfg, Config):
+        raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
+    for key in ("width", "depth", "n_seeds"):
+        positive(key, getattr(cfg, key))
+    if cfg.depth > MAX_DEPTH:
+        raise ConfigError(f"depth={cfg.depth} is beyond the sane bound of {MAX_DEPTH} layers or blocks")
+    min_depth = getattr(cfg.model, "MIN_DEPTH", 1)
+    if cfg.depth < min_depth:
+        raise ConfigError(f"depth={cfg.depth}: model={cfg.model.name} needs depth >= {min_depth}")
+    positive("train.steps", cfg.train.steps)
+    positive("train.batch_size", cfg.train.batch_size)
+    positive("train.history_points", cfg.train.history_points)
+    positive("train.diverge_factor", cfg.train.diverge_factor)
+    if not 0 < cfg.train.final_window <= 1:
+        raise ConfigError(f"train.final_window must be in (0, 1], got {cfg.train.final_window!r}")
+    if not 0 <= cfg.train.warmup_steps < cfg.train.steps:
+        raise ConfigError(
+            f"train.warmup_steps must be in [0, train.steps={cfg.train.steps}), got {cfg.train.warmup_steps!r}"
+        )
+    _check_lr_grid(cfg)
+    if cfg.engine.chunk < 0:
+        raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
+    positive("engine.max_memory_gb", cfg.engine.max_memory_gb)
+    if not 0 <= cfg.engine.checkpoint_s < math.inf:
+        raise ConfigError(f"engine.checkpoint_s must be a number of seconds >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
+    if cfg.engine.threads < 0:
+        raise ConfigError(f"engine.threads must be >= 0 (0 = automatic), got {cfg.engine.threads}")
+    device = cfg.engine.device
+    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ConfigError(f"engine.device={device!r} is not one of: auto, cpu, cuda, cuda:N")
+    if not cfg.name or "/" in cfg.name or cfg.name.startswith("."):
+        raise ConfigError(f"name={cfg.name!r} must be a non-empty folder name without '/'")
+    for group in GROUPS:
+        node = getattr(cfg, group)
+        finite_fields(group, node)
+        if hasattr(node, "check"):
+            node.check()
+        if hasattr(node, "check_with"):  # checks that need the rest of the config (model.heads vs width)
+            node.check_with(cfg)
+    _check_model_reads_data(cfg)
+    _check_inner_grid(cfg)
+    _check_param_has_tree(cfg)
+    return cfg
+
+
+def _reads(model_schema) -> tuple[str, ...]:
+    return getattr(model_schema, "READS", (VECTOR,))
+
+
+def _check_model_reads_data(cfg: Config) -> None:
+    kind = getattr(cfg.data, "INPUTS", VECTOR)
+    if kind in _reads(cfg.model):
+        return
+    able = [name for name, schema in options.of("model").items() if kind in _reads(schema)]
+    raise ConfigError(
+        f"model={cfg.model.name} cannot read data={cfg.data.name}, which gives {INPUT_KINDS[kind]}; "
+        f"models that can: {', '.join(able) if able else 'none yet'}"
+    )
+
+
+def _check_param_has_tree(cfg: Config) -> None:
+    """A parameterization that walks the module tree (its options' NEEDS_MODULE_TREE) needs a
+    model that has one (its options' MODULE_TREE, true unless said otherwise)."""
+    if not getattr(cfg.param, "NEEDS_MODULE_TREE", False) or getattr(cfg.model, "MODULE_TREE", True):
+        return
+    able = [name for name, schema in options.of("param").items() if not getattr(schema, "NEEDS_MODULE_TREE", False)]
+    raise ConfigError(
+        f"param={cfg.param.name} needs the model's tree of modules (masses, sensitivities), which "
+        f"model={cfg.model.name} does not have; parameterizations that work: {', '.join(able)}"
+    )
+

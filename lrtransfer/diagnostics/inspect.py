@@ -1,0 +1,130 @@
+"""`lrtransfer inspect`: what a parameterization does to each trained tensor of a model.
+
+A user who asks "is this muP as the `mup` package has it?" needs the numbers, not
+the code: for the composed config, one row per trained tensor with its role, its
+initial std measured on the built model (seed 0, the first seed a sweep trains),
+its forward multiplier, its learning-rate multiplier for the configured optimizer
+and, where the LR is a norm, the tensor's target norm at LR 1 (param=modular: with
+the atom's mass and sensitivity, when the whole network's target is 1; param=spectral:
+sqrt(fan_out / fan_in) for a weight, 1 for a vector). At several
+widths the ratios between them show the scaling rule itself. The reference tests
+(tests/test_reference.py) compare these rows with numbers the `mup` and `modula`
+packages produced.
+"""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import OmegaConf
+
+from lrtransfer.config import Config, semantic
+
+VECTOR = "vector"  # the role of a bias or a gain: one dimension
+
+
+def config_dict(cfg: Config) -> dict:
+    """The semantic part of a typed config (what a job's identity hashes), as plain data."""
+    return semantic(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True))
+
+
+def _built(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int):
+    from lrtransfer.training import build
+
+    param = build.parameterization(cfg)
+    model = build.model(cfg, param, runs=1, input_shape=input_shape, output_dim=output_dim)
+    with torch.no_grad():
+        param.initialize(model, [seed])
+    return param, model
+
+
+def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
+    """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
+    return _rows(*_built(cfg, input_shape, output_dim, seed))
+
+
+def _rows(param, model) -> list[dict]:
+    names = {id(p): n for n, p in model.named_parameters()}
+    names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
+    tree = getattr(param, "shares", None) is not None  # the modular norm's masses and sensitivities
+    rows = []
+    for slot in param.slots(model):
+        atom, t = slot.atom, slot.tensor.detach()[0]  # (...): the one run's tensor, in storage shape
+        rows.append({
+            "name": names[id(slot.tensor)],
+            "shape": list(t.shape),
+            "role": (atom.role if slot.name in ("weight", "tensor") else VECTOR)
+            + (" (readout)" if atom.tag == "readout" and slot.name == "weight" else ""),
+            "init_std": float(t.double().std()) if t.numel() > 1 else 0.0,
+            "forward_mult": float(atom.weight_mult if slot.name == "weight" else
+                                  atom.bias_mult if slot.name == "bias" else 1.0),
+            "lr_mult": float(slot.lr_mult),
+            "mass": float(atom.mass) if tree else None,
+            "sensitivity": float(atom.sensitivity) if tree else None,
+            "target_norm": param.target_norm(slot),
+        })
+    return rows
+
+
+def inspect(cfg: Config) -> dict:
+    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes)."""
+    from lrtransfer.training import build
+    from lrtransfer.options.data import ensure_files
+
+    ensure_files(cfg.data)
+    task = build.task(cfg, torch.device("cpu"), torch.float32)
+    param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
+    doc = {"config": config_dict(cfg), "tensors": _rows(param, model)}
+    notes = model.notes(param) if hasattr(model, "notes") else []  # what the rules cannot reach (model=custom)
+    return {**doc, "notes": notes} if notes else doc
+
+
+# ---------------------------------------------------------------- tables
+COLUMNS = ("init_std", "forward_mult", "lr_mult", "target_norm")
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}" if v else "0"
+
+
+def table(doc: dict) -> str:
+    """One width's rows as a text table."""
+    extra = [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
+             if any(r[k] is not None for r in doc["tensors"])]
+    head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
+    rows = []
+    for r in doc["tensors"]:
+        row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_std"]), _num(r["forward_mult"]),
+               _num(r["lr_mult"])]
+        rows.append(row + [_num(r[k]) for k, _ in extra])
+    return _format(head, rows)
+
+
+def ratio_table(docs: list[dict]) -> str:
+    """Each tensor's value at every width over its value at the first: the scaling rule, read off."""
+    widths = [d["config"]["width"] for d in docs]
+    columns = [c for c in COLUMNS if any(r[c] is not None for r in docs[0]["tensors"])]
+    head = ["tensor"] + [f"{c} {w}/{widths[0]}" for c in columns for w in widths[1:]]
+    rows = []
+    for i, first in enumerate(docs[0]["tensors"]):
+        row = [first["name"]]
+        for c in columns:
+            for d in docs[1:]:
+                a, b = first[c], d["tensors"][i][c]
+                row.append("-" if a is None or b is None else (_num(b / a) if a else ("1" if not b else "inf")))
+        rows.append(row)
+    return _format(head, rows)
+
+
+def _format(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def describe(doc: dict) -> str:
+    c = doc["config"]
+    return (f"model={c['model']['name']} param={c['param']['name']} optim={c['optim']['name']} "
+            f"width={c['width']} depth={c['depth']}")
+

@@ -1,0 +1,113 @@
+"""A user's `nn.Module` read as atoms: which of its tensors grow with the width, and how.
+
+Roles from shapes, as `mup.set_base_shapes` finds them: the module is built at the
+job's width and at twice it, and the dimensions whose sizes differ are the ones that
+grow. Each layer that holds parameters becomes one atom: a Linear or convolution
+(torch layout (out, in, *k): fan_in = in * prod(k), fan_out = out) is `input` (only
+out grows), `hidden` (both), `output` (only in) or `fixed` (neither); a normalisation
+layer's weight and bias are a gain (`hidden` when it spans the width), an Embedding a
+lookup table; any other parameter is a `tensor` of its own (`hidden`, `vector` or
+`fixed` by how many of its dimensions grow). The readout is the output weight that
+makes the logits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from lrtransfer.errors import ConfigError
+from lrtransfer.nn.atoms import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
+
+NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+
+
+@dataclass
+class Layer:
+    """One user layer's trained tensors: the atom each becomes."""
+
+    path: str  # the user module's name ("" for the root)
+    kind: str  # linear | conv | embedding | gain | tensor
+    names: dict[str, str]  # atom tensor name -> the user's parameter name
+    role: str = FIXED
+    fan_in: int = 1
+    fan_out: int = 1
+
+
+def _matrix_kind(module: nn.Module) -> str | None:
+    if isinstance(module, nn.Linear):
+        return "linear"
+    if isinstance(module, nn.modules.conv._ConvNd) and not module.transposed:
+        return "conv"
+    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+        return "embedding"
+    return None
+
+
+def layers_of(module: nn.Module) -> list[Layer]:
+    """The user module's trained tensors grouped into layers, in registration (forward) order."""
+    out, seen = [], set()
+    for path, m in module.named_modules():
+        # a tied tensor (an embedding that is also the readout) belongs to its first layer
+        own = {n: p for n, p in m.named_parameters(recurse=False) if p is not None and id(p) not in seen}
+        seen.update(map(id, own.values()))
+        if not own:
+            continue
+        full = lambda n: f"{path}.{n}" if path else n  # noqa: E731
+        kind = _matrix_kind(m)
+        if kind is not None and "weight" in own and set(own) <= {"weight", "bias"} and own["weight"].dim() >= 2:
+            out.append(Layer(path, kind, {n: full(n) for n in ("weight", "bias") if n in own}))
+        elif isinstance(m, NORMS) and "weight" in own and set(own) <= {"weight", "bias"}:
+            out.append(Layer(path, "gain", {a: full(n) for a, n in (("gain", "weight"), ("bias", "bias")) if n in own}))
+        else:
+            out.extend(Layer(path, "tensor", {"tensor": full(n)}) for n in own)
+    return out
+
+
+def assign_roles(layers: list[Layer], shapes: dict[str, torch.Size], other: dict[str, torch.Size], target: str) -> None:
+    """Each layer's fan-in, fan-out and role, from its shapes at the job's width and at another."""
+    if set(shapes) != set(other):
+        changed = sorted(set(shapes) ^ set(other))[0]
+        raise ConfigError(f"model.target={target}: its parameters differ between widths (e.g. {changed}); "
+                          "the width may change their sizes, not which there are")
+    for layer in layers:
+        main = layer.names.get("weight") or layer.names.get("gain") or layer.names["tensor"]
+        a, b = shapes[main], other[main]
+        if len(a) != len(b):
+            raise ConfigError(f"model.target={target}: {main} has {len(a)} dimensions at one width, {len(b)} at another")
+        grows = [x != y for x, y in zip(a, b)]
+        if layer.kind == "embedding":  # (num, dim): already the (fan_in, fan_out) view
+            layer.fan_in, layer.fan_out = a[0], a[1]
+            g_in, g_out = grows[0], grows[1]
+        elif layer.kind in ("linear", "conv"):  # torch's (out, in, *k)
+            layer.fan_in, layer.fan_out = math.prod(a[1:]), a[0]
+            g_in, g_out = any(grows[1:]), grows[0]
+        else:  # gains and tensors: by how many dimensions grow
+            layer.fan_in = layer.fan_out = a[-1] if len(a) else 1
+            n = sum(grows)
+            layer.role = FIXED if n == 0 else (HIDDEN if layer.kind == "gain" or n > 1 else VECTOR)
+            continue
+        layer.role = {(False, True): INPUT, (True, True): HIDDEN, (True, False): OUTPUT}.get((g_in, g_out), FIXED)
+
+
+def find_readout(layers: list[Layer], output_dim: int, readout: str, target: str) -> Layer:
+    """The layer whose weight makes the logits: named (`model.readout`), else the last output
+    weight (fan_in grows, fan_out fixed) whose fan_out is output_dim, else the last output
+    weight (fixed layers follow it)."""
+    if readout:
+        name = readout if readout.endswith(("weight", "tensor")) or "." in readout else f"{readout}.weight"
+        for layer in layers:
+            if name in layer.names.values() or readout == layer.path:
+                return layer
+        weights = [n for layer in layers for k, n in layer.names.items() if k != "bias"]
+        raise ConfigError(f"model.readout={readout}: model.target={target} has no such parameter; "
+                          f"weights: {', '.join(weights[:12])}")
+    outputs = [layer for layer in layers if layer.role == OUTPUT]
+    found = [layer for layer in outputs if layer.fan_out == output_dim] or outputs  # else: a fixed layer follows
+    if not found:
+        raise ConfigError(f"model.target={target}: no readout found (no weight maps the width to the "
+                          f"{output_dim} logits); name it with model.readout=NAME")
+    return found[-1]

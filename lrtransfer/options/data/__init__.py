@@ -1,0 +1,77 @@
+"""Tasks. `conf/data/<name>.yaml` is implemented by `lrtransfer/options/data/<name>.py`, which
+defines its options (`OPTIONS`, a dataclass) and `build(options, device, dtype) -> Task`
+and, when the task reads files, `ensure_files(options)`: check that they are on disk
+(or download them when asked) before any job starts.
+
+What one example *is* (its kind) is declared by the option's options (`INPUTS`),
+so the sweep can refuse a model that cannot read it before loading anything:
+
+- `vector`: x (B, d) float, y (B,) class indices;
+- `image`:  x (B, C, H, W) float, y (B,) class indices;
+- `signal`: x (B, C, L) float, y (B,) class indices (1-D signals: MNIST-1D);
+- `tokens`: x (B, T) int64 token ids in [0, output_dim), y (B, T) the next token
+  at every position.
+
+With runs of several seeds the engine stacks each seed's batch, adding a leading
+run axis: x (K, B, ...), y (K, B, ...). Models accept both forms.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from lrtransfer import options
+
+
+class Task:
+    """What the engine needs to train and evaluate on a task.
+
+    `sample` draws a training batch with the caller's generator, so each seed has
+    its own stream and runs sharing a seed share every batch.
+    """
+
+    input_shape: tuple[int, ...]  # one example: (d,), (C, H, W) or (T,)
+    output_dim: int  # classes, or the vocabulary of a token task
+
+    def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
+        """x: (B, *input_shape), y: (B,) class indices, or (B, T) for tokens, on the task's device.
+
+        `gen` is a CPU generator, and every random draw is made on the CPU from it: a run then
+        sees the same batches on a GPU as on a CPU, and its generator's state (saved with a
+        checkpoint) resumes on either. Only the draws (indices, a small input batch) cross to
+        the device, with no wait for it."""
+        raise NotImplementedError
+
+    @staticmethod
+    def indices(high: int, size: int, gen: torch.Generator, device: torch.device) -> Tensor:
+        """(size,) integers in [0, high) drawn on the CPU from `gen` (`sample`), on `device`."""
+        return torch.randint(high, (size,), generator=gen).to(device, non_blocking=True)
+
+    def eval_set(self) -> tuple[Tensor, Tensor] | None:
+        """Held-out (x, y), or None when the task has no held-out split."""
+        return None
+
+    @staticmethod
+    def losses(logits: Tensor, y: Tensor) -> Tensor:
+        """Mean cross-entropy of each run over every prediction of its batch.
+
+        logits: (K, B, ..., C); y: (B, ...) or (K, B, ...) -> (K,). One prediction
+        per example for classification, one per position for tokens.
+        """
+        K, C = logits.shape[0], logits.shape[-1]
+        y = y.expand(logits.shape[:-1]).reshape(-1)
+        return F.cross_entropy(logits.reshape(-1, C), y, reduction="none").view(K, -1).mean(1)
+
+    @staticmethod
+    def correct(logits: Tensor, y: Tensor) -> Tensor:
+        """Number of correct predictions of each run, (K,)."""
+        return (logits.argmax(-1) == y).flatten(1).sum(-1)
+
+
+def ensure_files(data_options) -> None:
+    """Make sure the task's files are on disk, or raise UserError saying how to get them."""
+    hook = getattr(options.module("data", data_options.name), "ensure_files", None)
+    if hook is not None:
+        hook(data_options)

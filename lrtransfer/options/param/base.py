@@ -1,0 +1,189 @@
+"""The parameterization hook object.
+
+A parameterization is a small object that decides, for every weight of a model:
+its initial distribution, the forward multiplier applied at run time, its
+per-tensor learning-rate multiplier, and how the base optimizer's direction
+becomes an update. The model and the engine call these hooks and nothing else, so
+a new parameterization is one module (its options and one subclass) and one YAML
+file; the engine never branches on a parameterization's name.
+
+A parameterization sees its own options, the width and the kind of update the
+optimizer makes (`schema.ADAPTIVE`, `GRADIENT`, ...), never the whole config: the
+rules that differ between optimizers key on the kind, so a new optimizer of a
+known kind works under every parameterization.
+
+The base class *is* the standard parameterization (SP): PyTorch's default init,
+no multipliers, one global learning rate. Subclasses override only the hooks
+whose rule differs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from lrtransfer.nn.linalg import run_view
+from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix
+from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED
+
+
+
+
+def tensor_update(update: str, atom: Atom, name: str) -> str:
+    """The kind of update one tensor gets from an optimizer whose updates are `update`.
+
+    An ORTHOGONALIZED optimizer (Muon) orthogonalises the hidden matrices only and updates
+    every other tensor adaptively (AdamW), so a rule keyed on the kind (muP's per-tensor LR)
+    looks each tensor's kind up here, and the optimizer and the parameterization agree.
+    """
+    if update == ORTHOGONALIZED and not is_hidden_matrix(atom, name):
+        return ADAPTIVE
+    return update
+
+
+# model.residual -> (skip, branch) for L blocks: z -> skip * z + branch * block(z)
+RESIDUAL_RULES = {
+    "one": lambda L: (1.0, 1.0),  # the lecture notes' ResNet-S
+    "sqrt_depth": lambda L: (1.0, L**-0.5),  # depth-muP
+    "convex": lambda L: (1.0 - 1.0 / L, 1.0 / L),  # the modular norm (Modula)
+}
+
+
+class Parameterization:
+    name = "standard"
+
+    def __init__(self, options, *, width: int, update: str) -> None:
+        self.options, self.width, self.update = options, width, update
+
+    # ---- hooks the model builder calls
+    def residual_scales(self, depth: int) -> tuple[float, float]:
+        """(skip, branch) multipliers of a residual block: z -> skip*z + branch*block(z)."""
+        return RESIDUAL_RULES["one"](depth)
+
+    def residual_stack(self, blocks: Sequence[Module], *, rule: str = "auto", mass: float = 1.0) -> Sequential:
+        """The L = len(blocks) residual blocks of a network, applied in order, each
+        wrapped by the residual rule: `rule` when it names one (the model's
+        `residual` option, to compare rules under one parameterization), else this
+        parameterization's own (`residual_scales`). Architectures build their
+        residual trunk with this, so a rule that also re-weights the blocks' masses
+        (the modular norm's tare) sees the whole trunk at once; `mass` is the trunk's
+        own total mass, which only such a rule reads."""
+        L = len(blocks)
+        skip, branch = self.residual_scales(L) if rule == "auto" else RESIDUAL_RULES[rule](L)
+        return Sequential([Residual(b, skip=skip, branch=branch) for b in blocks])
+
+    def attention_scale(self, d_head: int) -> float:
+        """The factor on attention logits q.k; SP: 1/sqrt(d_head)."""
+        return 1.0 / math.sqrt(d_head)
+
+    def attention_qkv_mult(self) -> float:
+        """The factor on q, k and v before attention (part of the compound's forward); SP: 1."""
+        return 1.0
+
+    def rescales_attention(self) -> bool:
+        """Whether this rule for attention differs from SP's: a model can apply it only where it
+        builds the attention itself (a user's module says so when it cannot, `inspect`)."""
+        d = 64
+        return (self.attention_scale(d), self.attention_qkv_mult()) != (
+            Parameterization.attention_scale(self, d), Parameterization.attention_qkv_mult(self))
+
+    # ---- forward multipliers, set once on the built model
+    def multipliers(self, atom: Atom) -> tuple[float | Tensor, float | Tensor]:
+        """(weight_mult, bias_mult): the atom computes weight_mult * x W + bias_mult * b.
+        Each a float, or a (K,) tensor where it follows a per-run option (muP's output_mult)."""
+        return 1.0, 1.0
+
+    def set_multipliers(self, model: Module) -> None:
+        for atom in model.atoms():
+            atom.set_multipliers(*self.multipliers(atom))
+
+    # ---- initialisation, one run at a time so that a run's weights depend on its seed only
+    def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
+        """One run's weight, (fan_in, fan_out). SP: PyTorch's own init of the layer
+        (`Atom.torch_init`): nn.Linear's kaiming_uniform(a=sqrt(5)), nn.Embedding's N(0, 1)."""
+        return atom.torch_init(gen)
+
+    def init_bias(self, atom: Atom, gen: torch.Generator) -> Tensor:
+        """One run's bias, (fan_out,). SP: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as nn.Linear."""
+        bound = 1.0 / math.sqrt(atom.fan_in)
+        return torch.empty(atom.fan_out).uniform_(-bound, bound, generator=gen)
+
+    def init_tensor(self, atom: Atom, name: str, gen: torch.Generator) -> Tensor:
+        """One run's initial value of the atom's tensor `name`, in storage shape (without K)."""
+        own = atom.own_init(name)
+        if own is not None:
+            return own
+        if name == "weight":
+            return atom.from_matrix(self.init_weight(atom, gen))
+        return self.init_bias(atom, gen)
+
+    @torch.no_grad()
+    def initialize(self, model: Module, seeds: Sequence[int]) -> None:
+        """Initialise run k from seeds[k]; runs sharing a seed start identical."""
+        for seed in dict.fromkeys(seeds):
+            runs = [k for k, s in enumerate(seeds) if s == seed]
+            gen = torch.Generator().manual_seed(seed)
+            for atom in model.atoms():
+                for name, t in atom.trained():
+                    value = self.init_tensor(atom, name, gen).reshape(t.shape[1:])
+                    for k in runs:
+                        t[k].copy_(value)
+
+    # ---- learning rates and updates
+    def lr_multiplier(self, atom: Atom, name: str) -> float:
+        """Per-tensor learning-rate multiplier; SP: 1 for every tensor."""
+        return 1.0
+
+    def target_norm(self, slot: Slot) -> float | None:
+        """The norm of the slot's update at LR 1, where the LR is a norm (the modular norm's share
+        of a total target, the spectral condition's sqrt(fan_out/fan_in)); None where the LR
+        multiplies the optimizer's direction as it comes (`lr_multiplier`)."""
+        return None
+
+    def slots(self, model: Module) -> list[Slot]:
+        return [Slot(atom, name, t, self.lr_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
+
+    def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
+        """Map the base optimizer's directions to updates (w <- w - update).
+
+        lr: (K,) this step's learning rate of each run (schedule applied). The
+        directions are the optimizer's scratch tensors: scale them in place.
+        """
+        return [d.mul_(run_view(lr * s.lr_mult, d)) for s, d in zip(slots, directions)]
+
+    def state_dict(self) -> dict:
+        """What the parameterization carries from step to step (saved in checkpoints); SP: nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
+        """Decoupled weight decay of each tensor, (K,) per slot: w <- (1 - decay) * w.
+
+        lr: (K,) each run's base learning rate (0 for a frozen run, which must not
+        decay either); factor: the schedule's factor at this step; optim: the
+        optimizer's options (`weight_decay`, `decay_scaling`). With
+        `decay_scaling: independent` (default) decay = wd * factor, so an LR sweep
+        does not also sweep the decay; with `lr` it is lr * lr_mult * wd * factor,
+        as torch's AdamW. None: no decay.
+
+        `weight_decay` may be one value per run (`grid.optim.weight_decay`): a (K,)
+        float64 tensor, combined with the factors in float64 and rounded once, as a
+        Python scalar is, so each run decays exactly as a job with its value would.
+        """
+        wd = optim.weight_decay
+        if not isinstance(wd, Tensor):
+            if not wd:
+                return None
+            if optim.decay_scaling.value == "lr":
+                return [lr * (factor * wd * s.lr_mult) for s in slots]
+            alive = (lr > 0).to(lr.dtype) * (factor * wd)
+            return [alive for _ in slots]
+        if optim.decay_scaling.value == "lr":
+            return [lr * (factor * wd * s.lr_mult).to(lr.dtype) for s in slots]
+        alive = (lr > 0).to(lr.dtype) * (factor * wd).to(lr.dtype)
+        return [alive for _ in slots]

@@ -1,0 +1,176 @@
+"""Maximal update parameterization (muP; Tensor Programs V), as the `mup` package states it.
+
+Every rule is relative to `base_width`: with m = width / base_width, each weight
+dimension that grows with the width ("infinite") gets the factors below, so at
+`width == base_width` (and without the zero readout) muP *is* SP, number for
+number. Roles (see `model/layers.py`):
+
+| role   | init                              | forward mult      | adaptive LR (Adam) | gradient LR (SGD) |
+|--------|-----------------------------------|-------------------|---------|--------|
+| input  | SP                                | 1                 | 1       | m      |
+| hidden | SP (variance 1/fan_in)            | 1                 | 1/m     | 1      |
+| output | SP x sqrt(m), or zeros            | output_mult / m   | 1       | m      |
+| bias of input        | SP                     | 1              | 1       | m      |
+| bias of hidden       | SP x sqrt(m)           | 1              | 1       | m      |
+| bias of output       | SP x sqrt(m), or zeros | 1              | 1       | 1      |
+| layer-norm gain      | 1                      | 1              | 1       | m      |
+| fixed (no dimension grows): weight, bias, gain | SP | 1             | 1       | 1      |
+| tensor outside a layer, hidden (2+ dims grow) | its own | 1         | 1/m     | 1      |
+| tensor outside a layer, vector (1 dim grows)  | its own | 1         | 1       | m      |
+| tensor outside a layer, fixed                 | its own | 1         | 1       | 1      |
+
+(The `fixed` and `vector` roles and the tensors outside a layer, kind "tensor", occur
+only in models whose roles are read off shapes, `model=custom`: there, as in `mup`,
+a tensor with no infinite dimension is left alone and one outside a layer keeps the
+init its module gave it.)
+
+(The `mup` package's `set_base_shapes` multiplies the bias of every nn.Linear and conv
+by sqrt(fan-in width multiplier): 1 for an input layer, m for hidden ones (so a hidden
+bias keeps SP's base-width scale, 1/sqrt(base fan_in)) and the readout. The
+transformer's Q, K, V, O and MLP Linears are hidden. Its MuReadout divides its *input*
+by m, so the readout bias is not divided, and rescales weight and bias by sqrt(m) at
+set-up; vectors with one
+infinite dimension get SGD LR x m, matrices with two get x fan_out_mult/fan_in_mult,
+tensors with none are left alone.)
+
+Embedding tables (token and position, `layers.Embedding`) are input weights, as the
+`mup` package treats nn.Embedding: SP's N(0, 1) init, no multiplier, Adam LR x1, SGD
+LR x m (the `(input, weight)` entries of LR_POWERS).
+
+The readout is zero-initialised by default (`readout_zero_init`). Attention,
+for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
+(`attention_scale`, equal to SP's at the base width) and zero-initialised queries
+(atoms tagged "query", `zero_query`). Weight decay stays decoupled from the LR
+unless `optim.decay_scaling=lr` asks otherwise; then it follows each tensor's LR.
+Under Muon (`ORTHOGONALIZED`), hidden matrices get LR x 1: the orthogonalised update's
+spectral norm is ~1 at every width (`optim.scale=jordan` or `spectral`), what muP asks
+of a hidden matrix (Yang, Simon and Bernstein's spectral condition); every other tensor
+is Adam-updated and follows the `ADAPTIVE` rules. `optim.scale=moonlight` makes the
+hidden update's spectral norm grow as sqrt(width): no rule of muP's applies, and it is
+refused (`check_with`).
+Depth (which `mup` lacks): residual branches are multiplied by L^-depth_exponent
+(0.5: depth-muP's 1/sqrt(L)); the default 0 leaves depth as SP has it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom
+from lrtransfer.options.param.base import Parameterization, tensor_update
+from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive
+
+
+@dataclass
+class MupOptions:
+    # Bumped when the rules change while the options do not, so that a job's identity
+    # (`config.semantic`) changes and records made under the old rules are not reused.
+    # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
+    REVISION: ClassVar[int] = 1
+    # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier.
+    PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult",)
+
+    name: str = "mup"
+    base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
+    readout_zero_init: bool = True
+    output_mult: float = 1.0
+    zero_query: bool = True  # attention queries start at zero (for transformers)
+    depth_exponent: float = 0.0  # residual branches x L^-depth_exponent (0.5: depth-muP); 0: width only
+
+    def check(self) -> None:
+        positive("param.base_width", self.base_width)
+        positive("param.output_mult", self.output_mult)
+        if not self.depth_exponent >= 0:
+            raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
+
+    def check_with(self, cfg) -> None:
+        """muP's rule for orthogonalised hidden updates (LR x 1) holds only when their
+        spectral norm does not grow with the width (`width_growth` of the optimizer's options)."""
+        growth = getattr(cfg.optim, "width_growth", lambda: None)()
+        if growth is not None:
+            raise ConfigError(f"param=mup has no sound rule for {growth}")
+
+
+OPTIONS = MupOptions
+
+# Per-tensor LR multiplier as a power of m, per kind of update the optimizer makes, role and tensor.
+# "tensor": a trained tensor outside any layer (model=custom), by mup's count of its
+# growing dimensions: matrix-like (hidden) LR / m under Adam, vector-like x m under SGD.
+LR_POWERS = {
+    ADAPTIVE: {(INPUT, "weight"): 0, (HIDDEN, "weight"): -1, (OUTPUT, "weight"): 0,
+             (INPUT, "bias"): 0, (HIDDEN, "bias"): 0, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 0,
+             (FIXED, "weight"): 0, (FIXED, "bias"): 0, (FIXED, "gain"): 0,
+             (HIDDEN, "tensor"): -1, (VECTOR, "tensor"): 0, (FIXED, "tensor"): 0},
+    GRADIENT: {(INPUT, "weight"): 1, (HIDDEN, "weight"): 0, (OUTPUT, "weight"): 1,
+            (INPUT, "bias"): 1, (HIDDEN, "bias"): 1, (OUTPUT, "bias"): 0, (HIDDEN, "gain"): 1,
+            (FIXED, "weight"): 0, (FIXED, "bias"): 0, (FIXED, "gain"): 0,
+            (HIDDEN, "tensor"): 0, (VECTOR, "tensor"): 1, (FIXED, "tensor"): 0},
+    # Muon's orthogonalised hidden matrices (every other tensor is ADAPTIVE: `tensor_update`)
+    ORTHOGONALIZED: {(HIDDEN, "weight"): 0},
+}
+
+
+class MuP(Parameterization):
+    name = "mup"
+
+    def __init__(self, options: MupOptions, *, width: int, update: str) -> None:
+        super().__init__(options, width=width, update=update)
+        p = options
+        if update not in LR_POWERS:
+            raise ConfigError(
+                f"param=mup has no rule for an optimizer whose updates are {update}; "
+                f"valid kinds: {', '.join(sorted(LR_POWERS))}"
+            )
+        self.base_width = p.base_width
+        self.m = self.width / p.base_width
+        self.readout_zero_init = p.readout_zero_init
+        self.output_mult = p.output_mult
+        self.zero_query = p.zero_query
+        self.depth_exponent = p.depth_exponent
+
+    def residual_scales(self, depth: int) -> tuple[float, float]:
+        return 1.0, float(depth) ** -self.depth_exponent
+
+    def multipliers(self, atom: Atom) -> tuple[float, float]:
+        if atom.role == OUTPUT:
+            return self.output_mult / self.m, 1.0
+        return 1.0, 1.0
+
+    def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
+        # SP's draws are made even for a zeroed tensor, so every other tensor of a
+        # seed starts exactly as under SP.
+        w = super().init_weight(atom, gen)
+        if (atom.role == OUTPUT and self.readout_zero_init) or (atom.tag == "query" and self.zero_query):
+            return torch.zeros_like(w)
+        return w * math.sqrt(self.m) if atom.role == OUTPUT else w
+
+    def fan_in_mult(self, atom: Atom) -> float:
+        """The width multiplier of the atom's fan-in: 1 from a fixed-size input (or a fixed layer), else m."""
+        return 1.0 if atom.role in (INPUT, FIXED) else self.m
+
+    def init_bias(self, atom: Atom, gen: torch.Generator) -> Tensor:
+        """SP's draw x sqrt(fan-in multiplier): mup's rescale_linear_bias (and MuReadout's
+        rescale, the same factor for the readout)."""
+        b = super().init_bias(atom, gen)
+        if atom.role == OUTPUT and self.readout_zero_init:
+            return torch.zeros_like(b)
+        return b * math.sqrt(self.fan_in_mult(atom))
+
+    def lr_multiplier(self, atom: Atom, name: str) -> float:
+        kind = tensor_update(self.update, atom, name)
+        power = LR_POWERS[kind].get((atom.role, name))
+        if power is None:
+            raise ConfigError(f"param=mup has no rule for a {name} of role {atom.role} (kind {atom.kind}); "
+                              f"rules: {', '.join(sorted(f'{r} {n}' for r, n in LR_POWERS[kind]))}")
+        return self.m ** power
+
+    def attention_scale(self, d_head: int) -> float:
+        """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling
+        that equals SP's 1/sqrt(d_head) at the base width (written as SP's scale / sqrt(m),
+        = sqrt(d_base) / d_head, so that at m = 1 it is SP's number exactly)."""
+        return super().attention_scale(d_head) / math.sqrt(self.m)

@@ -1,0 +1,21 @@
+"""Standard parameterization (SP): PyTorch's defaults, one global learning rate.
+
+Every hook of the base class already states SP; this module gives
+`conf/param/standard.yaml` its options and its implementation under one name.
+"""
+
+from dataclasses import dataclass
+
+from lrtransfer.options.param.base import Parameterization
+
+
+@dataclass
+class StandardOptions:
+    name: str = "standard"
+
+
+OPTIONS = StandardOptions
+
+
+class Standard(Parameterization):
+    name = "standard"

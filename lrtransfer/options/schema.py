@@ -1,0 +1,130 @@
+"""What every option's typed options are made of: the error they raise, the input kinds,
+the choices shared by several options, and the value checks.
+
+An option module (a model, parameterization, optimizer or dataset) defines its own
+options dataclass next to its code and names it `OPTIONS`; `options/__init__.py` finds it
+there. This module is the floor they all stand on: it imports no torch and nothing
+else of lrtransfer but `errors`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from lrtransfer.errors import ConfigError  # noqa: F401  (what every option's `check` raises)
+
+
+# What one example of a task is (see lrtransfer/options/data/__init__.py). A data option's
+# options declare their kind as `INPUTS`, a model's the kinds it can read as
+# `READS` (both default to vectors), so a model that cannot read the data is
+# refused before anything loads.
+VECTOR, IMAGE, TOKENS, SIGNAL = "vector", "image", "tokens", "signal"
+INPUT_KINDS = {VECTOR: "feature vectors", IMAGE: "images", TOKENS: "token sequences", SIGNAL: "1-D signals"}
+
+# The kind of update an optimizer's direction makes, declared by the optimizer as
+# `UPDATE` (a ClassVar: it decides rules, it is no part of a job's identity). A
+# parameterization whose rule depends on it (muP's per-tensor LR, equalized's LR
+# grid) reads the kind, never the optimizer's name.
+ADAPTIVE = "adaptive"  # scale-free per coordinate, like Adam: m / sqrt(v)
+GRADIENT = "gradient"  # proportional to the gradient, like SGD (with momentum)
+ORTHOGONALIZED = "orthogonalized"  # an orthogonalised matrix, like Muon (its other tensors: ADAPTIVE, `param.base.tensor_update`)
+UPDATE_KINDS = (ADAPTIVE, GRADIENT, ORTHOGONALIZED)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Learning rates 2**log2_min ... 2**log2_max, log2_step octaves apart: the grid an
+    optimizer (`LR_GRID`) or a parameterization (`lr_grid`) declares as its default."""
+
+    log2_min: float
+    log2_max: float
+    log2_step: float = 1.0
+
+
+class Activation(str, Enum):
+    """`auto`: the model's own nonlinearity (its options' ACTIVATION) in the form its
+    parameterization's models use (`scaled_*` under param=modular, as Modula's models:
+    `config.activation_of`). `scaled_relu`, `scaled_gelu`: sqrt(2) * f (Modula's
+    ScaledReLU, ScaledGELU)."""
+
+    auto = "auto"
+    relu = "relu"
+    gelu = "gelu"
+    tanh = "tanh"
+    scaled_relu = "scaled_relu"
+    scaled_gelu = "scaled_gelu"
+
+
+class MatrixInit(str, Enum):
+    """How a parameterization that fixes weights' spectral norms draws them (param=modular,
+    param=spectral): a uniformly random semi-orthogonal matrix (every singular value equal),
+    or Gaussian entries, then scaled."""
+
+    orthogonal = "orthogonal"
+    gaussian = "gaussian"
+
+
+class NormEstimate(str, Enum):
+    """How a spectral norm is measured every step (param=modular, param=spectral)."""
+
+    power = "power"  # warm-started power iteration, a few matrix-vector products a step
+    exact = "exact"  # SVD: exact, slow at large widths
+
+
+class ResidualRule(str, Enum):
+    """z -> skip * z + branch * block(z) over L blocks: the parameterization's own rule
+    (`auto`: SP, equalized and muP use `one` unless param.depth_exponent says
+    otherwise, the modular norm `convex`), or one named rule for every parameterization."""
+
+    auto = "auto"
+    one = "one"  # skip 1, branch 1 (the lecture notes' ResNet-S)
+    sqrt_depth = "sqrt_depth"  # skip 1, branch 1/sqrt(L) (depth-muP)
+    convex = "convex"  # skip 1 - 1/L, branch 1/L (the modular norm, Modula)
+
+
+class DecayScaling(str, Enum):
+    """How weight decay relates to the learning rate.
+
+    `independent` (default): w <- w - wd * schedule(t) * w, so an LR sweep does not
+    also sweep the decay. `lr`: w <- w - lr * wd * schedule(t) * w, as torch's AdamW.
+    """
+
+    independent = "independent"
+    lr = "lr"
+
+
+def location(default: Any) -> Any:
+    """A field that says where something is, not what is computed: it is no part of a job's identity."""
+    return field(default=default, metadata={"location": True})
+
+
+def odd_kernel(k: int) -> None:
+    """Same-size zero padding needs an odd filter, k = 2l + 1 (the lecture notes' Conv1D-S)."""
+    if not (k > 0 and k % 2 == 1):
+        raise ConfigError(f"model.kernel_size must be a positive odd number (same-size padding), got {k}")
+
+
+def positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive, got {value!r}")
+
+
+def non_negative(name: str, value: float) -> None:
+    if not value >= 0:  # also refuses NaN
+        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+
+
+def in_unit(name: str, value: float) -> None:
+    """A decay rate (Adam's betas, momentum): in [0, 1); 1 would never forget, above 1 grows without bound."""
+    if not 0 <= value < 1:
+        raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def finite_fields(group: str, node: Any) -> None:
+    for key, value in vars(node).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
+            raise ConfigError(f"{group}.{key} must be finite, got {value!r}")
+

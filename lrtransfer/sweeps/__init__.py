@@ -1,0 +1,14 @@
+"""A sweep, from the command line's overrides to one record per job.
+
+`launch.py` hands the overrides to Hydra, validates every job and skips the finished
+ones before any trains, and launches the rest through Hydra's launcher (`launchers.py`
+prepares Ray and SLURM); `plan.py` is the same survey without the training
+(`sweep --plan`); `job.py` is what a launcher runs for one job: lock its folder,
+build, train (resuming from `checkpoint.py`), write its record, log it to a tracker;
+`progress.py` shows the work done across processes, `requeue.py` saves before SLURM
+requeues a job, `messages.py` turns Hydra's errors into one line.
+
+What this folder may import: `training` (to build and train a job), `config`,
+`options` (the data a job needs on disk, the tracker it logs to), `store`, `errors`.
+Never `analysis` or `reporting`: the command line reads the records afterwards.
+"""

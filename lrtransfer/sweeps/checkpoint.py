@@ -1,0 +1,86 @@
+"""A job's training state in `<job folder>/checkpoint.pt`: saved atomically, loaded safely.
+
+A results folder may be shared (see the SLURM section of the README), so a
+checkpoint is untrusted input: it is loaded with `weights_only=True`, which
+unpickles tensors and plain containers only and never runs code. Whatever cannot
+be restored (truncated, foreign, another layout) is reported on screen, removed,
+and the job starts afresh; a checkpoint is a saving of time, never a reason for a
+job to fail. A save that fails (a full disk) is reported the same way and
+training goes on without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from lrtransfer.errors import warn
+
+log = logging.getLogger(__name__)
+
+NAME = "checkpoint.pt"
+
+
+class FileCheckpoint:
+    """The engine's `Checkpointer` (see `engine.train`) for one job folder."""
+
+    def __init__(self, path: Path, interval_s: float) -> None:
+        self.path, self.interval_s = Path(path), interval_s
+        self.last = time.monotonic()
+        self.failures = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval_s > 0
+
+    def load(self) -> dict | None:
+        import torch
+
+        if not self.path.exists():
+            return None
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated, foreign, or holding objects other than tensors and containers
+            self.reject(f"unreadable ({e.__class__.__name__}: {_first_line(e)})")
+            return None
+        if not isinstance(state, dict):
+            self.reject(f"not a training state (a {type(state).__name__})")
+            return None
+        log.info("resuming from %s", self.path)
+        return state
+
+    def reject(self, why: str) -> None:
+        """Say on screen (and in job.log) why the checkpoint is not used, and remove it."""
+        warn(f"ignoring checkpoint {self.path}: {why}; the job starts afresh")
+        self.discard()
+
+    def due(self) -> bool:
+        return self.enabled and time.monotonic() - self.last >= self.interval_s
+
+    def save(self, state: dict) -> None:
+        import torch
+
+        if not self.enabled:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, self.path)
+        except (OSError, RuntimeError) as e:  # torch reports a failed write as RuntimeError
+            tmp.unlink(missing_ok=True)
+            message = f"could not save checkpoint {self.path} ({_first_line(e)}); training goes on without it"
+            if self.failures == 0:  # on screen once; every time in job.log
+                warn(message)
+            else:
+                log.warning(message)
+            self.failures += 1
+        self.last = time.monotonic()
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _first_line(e: BaseException) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), e.__class__.__name__)

@@ -1,0 +1,129 @@
+"""What a job trains, made once from its validated config.
+
+Every option is turned into objects here and nowhere else: the task (on the
+device, selected once), and factories for the parameterization, the model and the
+optimizer, which the engine calls once per ensemble (a parameterization carries
+state from step to step, so each ensemble gets its own). Each builder hands an
+option module only its own options and the few numbers it needs (width, depth,
+the optimizer's kind of update, the task's shapes), never the whole config, so
+the engine below receives objects and knows no config schema of any group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lrtransfer import options
+from lrtransfer.config import Config, Engine, Train, model_activation
+from lrtransfer.options.data import Task
+from lrtransfer.errors import UserError
+from lrtransfer.nn import Module
+from lrtransfer.nn import Slot
+from lrtransfer.options.param import Parameterization, parameterization_class
+from lrtransfer.options.schema import Activation
+
+# train.dtype -> the dtype of weights, optimizer state and losses
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bf16_autocast": torch.float32, "tf32": torch.float32}
+
+
+class DeviceError(UserError, RuntimeError):
+    """The requested device is not available on this machine."""
+
+
+def select_device(spec: str) -> torch.device:
+    """`auto` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"engine.device={spec} but CUDA is not available here; use engine.device=cpu or auto")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise DeviceError(
+                f"engine.device={spec} but only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    return device
+
+
+def per_run(group_options, group: str, values: dict | None):
+    """`group_options` with each of its per-run keys among `values` ({"optim.weight_decay":
+    (K,) tensor}) set to the runs' values instead of its scalar: the option's code then
+    computes with one value per run (the keys an option declares in PER_RUN)."""
+    own = {k.partition(".")[2]: v for k, v in (values or {}).items() if k.partition(".")[0] == group}
+    return dataclasses.replace(group_options, **own) if own else group_options
+
+
+def parameterization(cfg: Config, values: dict | None = None) -> Parameterization:
+    """The parameterization of `cfg.param`, told the width and the optimizer's kind of update."""
+    update = options.of("optim")[cfg.optim.name].UPDATE
+    return parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update)
+
+
+def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:
+    """The model of `cfg.model` for `runs` runs, with `param`'s multipliers set (not yet initialised)."""
+    own = cfg.model
+    if getattr(own, "activation", None) is not None:  # `auto` resolved for the model (a model may have none)
+        own = dataclasses.replace(own, activation=Activation(model_activation(cfg)))
+    net = options.module("model", cfg.model.name).build(
+        own, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
+        output_dim=output_dim,
+    )
+    param.set_multipliers(net)
+    return net
+
+
+def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
+    """The optimizer of `cfg.optim` for the parameterization's slots: each trained tensor with
+    its atom (role, fan_in, fan_out), so a matrix optimizer knows which tensors are hidden matrices."""
+    return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), slots)
+
+
+def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
+    return options.module("data", cfg.data.name).build(cfg.data, device, dtype)
+
+
+@dataclass(frozen=True)
+class Built:
+    """Everything the engine trains with."""
+
+    task: Task
+    train: Train
+    engine: Engine
+    device: torch.device
+    dtype: torch.dtype
+    # Each factory takes the ensemble's per-run values ({"optim.weight_decay": (K,) tensor},
+    # `engine.per_run_values`; none by default), which replace those keys' scalars.
+    new_param: Callable[..., Parameterization]  # (values) -> a parameterization
+    new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
+    new_optimizer: Callable[..., Any]  # (slots, values) -> an optimizer for the parameterization's slots
+    optim_options: Callable[..., Any]  # (values) -> the optimizer's options, whose weight decay the parameterization applies
+
+
+def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = None) -> Built:
+    """Build what a validated config trains, on `device` (default: `engine.device`'s); `data`:
+    a task already built for the same data, to reuse (the sweep's planning sizes many jobs on one)."""
+    device = device if device is not None else select_device(cfg.engine.device)
+    dtype = DTYPES[cfg.train.dtype.value]
+    the_task = data if data is not None else task(cfg, device, dtype)
+    shape, classes = the_task.input_shape, the_task.output_dim
+    return Built(
+        task=the_task, train=cfg.train, engine=cfg.engine, device=device, dtype=dtype,
+        new_param=lambda values=None: parameterization(cfg, values),
+        new_model=lambda param, runs: model(cfg, param, runs=runs, input_shape=shape, output_dim=classes),
+        new_optimizer=lambda slots, values=None: optimizer(cfg, slots, values),
+        optim_options=lambda values=None: per_run(cfg.optim, "optim", values),
+    )
+
+
+def check(built: Built) -> None:
+    """Build the parameterization, a one-run model and the optimizer on the meta device
+    (nothing allocated), so that a builder's refusal (optim=muon on a model without a
+    hidden matrix) is a one-line error before any job trains."""
+    with torch.device("meta"):
+        param = built.new_param()
+        built.new_optimizer(param.slots(built.new_model(param, 1)))

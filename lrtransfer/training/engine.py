@@ -1,0 +1,391 @@
+"""The training engine: every run of a job (learning rate x seed) in one ensemble.
+
+A job's runs differ only in learning rate and seed, so the engine trains them as
+one model whose weights carry a leading run axis (see `nn/atoms.py`): one
+forward, one backward and one optimizer step serve all K runs, and runs sharing a
+seed share every batch. Each run still computes exactly what it would alone.
+
+A run whose loss turns NaN/inf (or exceeds `train.diverge_factor` x its initial
+loss) is recorded as diverged at that step and frozen: its learning rate drops to
+zero and its weights and optimizer state are reset to finite values, so nothing
+of it can reach the other runs. Losses stay on the device; the host reads them
+every `check_every` steps, the only synchronisation in the step loop.
+
+The engine knows nothing of Hydra, configs, records or plots: it takes what
+`build.job` made (the task, factories for the parameterization, model and
+optimizer, the training settings) and a list of runs, each a log2 learning rate
+and a seed, and returns one `RunResult` per run. It is the one place where a log2
+learning rate becomes a rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import Tensor
+
+from lrtransfer.training import stop
+from lrtransfer.nn.linalg import run_view
+from lrtransfer.training.memory import chunk_size
+from lrtransfer.training.precision import autocast, matmul_precision, precision
+from lrtransfer.training.schedule import lr_factor
+
+if TYPE_CHECKING:
+    from lrtransfer.training.build import Built
+    from lrtransfer.options.data import Task
+
+
+@dataclass(frozen=True)
+class Run:
+    log2_lr: float
+    seed: int
+    # The run's own value of each per-run key (`grid.<key>`), e.g. (("optim.weight_decay", 0.01),).
+    grid: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass
+class RunResult:
+    log2_lr: float
+    lr: float  # 2**log2_lr
+    seed: int
+    initial_loss: float | None
+    final_loss: float | None  # mean training loss over the final window; None if diverged
+    diverged: bool
+    diverged_step: int | None
+    eval_loss: float | None = None
+    eval_acc: float | None = None
+    history_step: list[int] = field(default_factory=list)
+    history_loss: list[float | None] = field(default_factory=list)
+    grid: dict[str, float] = field(default_factory=dict)  # the run's per-run values (`Run.grid`)
+
+
+def data_seed(seed: int) -> int:
+    """The batch stream of a seed, kept apart from its initialisation stream."""
+    return (seed * 1_000_003 + 7_919) % (2**63)
+
+
+Interrupted = stop.Interrupted  # raised by `train` at a consistent point, after a checkpoint
+
+
+class Checkpointer(Protocol):
+    """Where and when a job's training state is saved (see `checkpoint.FileCheckpoint`)."""
+
+    def load(self) -> dict | None: ...
+
+    def due(self) -> bool: ...
+
+    def save(self, state: dict) -> None: ...
+
+    def reject(self, why: str) -> None: ...
+
+
+def train(
+    built: Built,
+    runs: Sequence[Run],
+    *,
+    progress: Callable[[int], None] | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> list[RunResult]:
+    """Train every run of a job and return their results, in the order given.
+
+    progress(n) is called with the number of run-steps completed since its last
+    call. With a checkpointer, training state is saved when it says so (and when a
+    stop is requested), and a saved state for the same runs is resumed from.
+    """
+    runs = list(runs)
+    # Batched: the runs in ensembles as large as the memory budget allows (one, for
+    # small models). Otherwise the reference path: one run at a time, same code.
+    size = chunk_size(built, len(runs))
+    chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
+    key = [[(r.log2_lr, r.seed, *(x for kv in r.grid for x in kv)) for r in chunk] for chunk in chunks]
+
+    def make(index: int) -> Ensemble:
+        return Ensemble(built, chunks[index])
+
+    done, start, resumed = _resume(checkpoint, key, make) or ([], 0, None)
+    if progress and done:
+        progress(len(done) * built.train.steps)
+
+    for index in range(start, len(chunks)):
+        ens = resumed if resumed is not None and index == start else make(index)
+        if ens is resumed and progress:
+            progress(ens.step_index * ens.K)
+        while not ens.finished:
+            ens.step()
+            if ens.at_check():
+                ens.check()
+                if progress:
+                    progress(ens.since_last_report())
+                if checkpoint and (checkpoint.due() or stop.requested()):
+                    state = {"chunks": key, "chunk": index, "done": [vars(r) for r in done], "ensemble": ens.state_dict()}
+                    checkpoint.save(state)
+                if stop.requested():
+                    raise Interrupted("stop requested")
+        if progress:
+            progress(ens.since_last_report())
+        done += ens.results()
+    return done
+
+
+def _resume(checkpoint: Checkpointer | None, key: list, make: Callable[[int], Ensemble]):
+    """(finished results, index of the chunk to resume, its ensemble restored), or None to start afresh.
+
+    A checkpoint that does not restore exactly (other runs, another layout) is
+    rejected: reported and removed, so no job fails on one.
+    """
+    saved = checkpoint.load() if checkpoint else None
+    if saved is None:
+        return None
+    if saved.get("chunks") != key:
+        checkpoint.reject("it holds other runs (another LR grid, seeds or ensemble size)")
+        return None
+    try:
+        done = [RunResult(**r) for r in saved["done"]]
+        start = saved["chunk"]
+        if not (isinstance(start, int) and 0 <= start < len(key) and len(done) == sum(map(len, key[:start]))):
+            raise ValueError(f"chunk {start!r} with {len(done)} finished runs")
+        ens = make(start)
+        ens.load_state_dict(saved["ensemble"])
+    except Exception as e:  # a layout of another version, or a damaged file that still unpickles
+        checkpoint.reject(f"another layout ({e.__class__.__name__}: {e})")
+        return None
+    return done, start, ens
+
+
+class Ensemble:
+    """K runs of one configuration trained in lockstep, one step at a time."""
+
+    def __init__(self, built: Built, runs: list[Run]) -> None:
+        self.built, self.train, self.runs, self.task = built, built.train, runs, built.task
+        device, dtype = built.device, built.dtype
+        self.K, self.steps, self.device = len(runs), self.train.steps, device
+        # Each per-run key's values, (K,) float64 on the device: the options that take one
+        # value per run get these in place of their scalar (`build.per_run`).
+        self.values = per_run_values(runs, device)
+        self.param = built.new_param(self.values)
+        self.model = built.new_model(self.param, self.K)
+        self.param.initialize(self.model, [r.seed for r in runs])
+        self.model.to(device=device, dtype=dtype)
+        self.slots = self.param.slots(self.model)
+        self.tensors = [s.tensor for s in self.slots]
+        self.opt = built.new_optimizer(self.slots, self.values)
+        self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
+
+        seeds = list(dict.fromkeys(r.seed for r in runs))
+        self.gens = [torch.Generator().manual_seed(data_seed(s)) for s in seeds]  # on the CPU (`Task.sample`)
+        # (K,) index of each run's seed, used only when runs have different seeds
+        self.seed_index = torch.tensor([seeds.index(r.seed) for r in runs], device=device)
+
+        self.lr_alive = torch.tensor([2.0**r.log2_lr for r in runs], device=device, dtype=dtype)  # 0 once frozen
+        self.alive = torch.ones(self.K, dtype=torch.bool)  # host copy, updated at checks
+        self.diverged_step: list[int | None] = [None] * self.K
+        self.history = torch.full((self.K, self.steps), math.nan, device=device, dtype=dtype)
+        self.step_index = 0  # steps done
+        self.checked = 0  # steps examined for divergence
+        self.reported = 0  # steps reported to the progress callback
+        self.check_every = max(1, min(25, self.steps // 20))
+
+    @property
+    def finished(self) -> bool:
+        return self.step_index >= self.steps or not bool(self.alive.any())
+
+    def at_check(self) -> bool:
+        return self.step_index - self.checked >= self.check_every or self.step_index == self.steps
+
+    def since_last_report(self) -> int:
+        """Run-steps to report: the steps done since the last report (a stopped job counts as done)."""
+        upto = self.steps if self.finished else self.step_index
+        n, self.reported = (upto - self.reported) * self.K, upto
+        return n
+
+    def step(self) -> None:
+        train, t = self.train, self.step_index
+        x, y = _batch(self.task, self.gens, self.seed_index, train.batch_size)
+        with matmul_precision(train.dtype.value, self.device):
+            with autocast(train.dtype.value, self.device):
+                logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
+                losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
+            self.history[:, t] = losses.detach()
+            grads = torch.autograd.grad(losses.sum(), self.tensors)
+        factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
+        with torch.no_grad():
+            directions = self.opt.directions(grads)
+            updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
+            apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.optim))
+        self.step_index += 1
+
+    def check(self) -> None:
+        """Read the losses since the last check (the host sync) and freeze runs that diverged."""
+        dead = _check(self.history, self.checked, self.step_index, self.alive, self.diverged_step, self.train.diverge_factor)
+        if dead:
+            _freeze(dead, self.slots, self.opt, self.lr_alive)
+        self.checked = self.step_index
+
+    def state_dict(self) -> dict:
+        return {
+            "tensors": [t.detach().clone() for t in self.tensors],
+            "opt_state": [t.clone() for t in self.opt.state],
+            "opt_t": self.opt.t,
+            "gens": [g.get_state() for g in self.gens],
+            "lr_alive": self.lr_alive.clone(),
+            "alive": self.alive.clone(),
+            "diverged_step": list(self.diverged_step),
+            "history": self.history.clone(),
+            "step_index": self.step_index,
+            "checked": self.checked,
+            "param": self.param.state_dict(),
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        dsts, srcs = self.tensors + list(self.opt.state), state["tensors"] + state["opt_state"]
+        if len(dsts) != len(srcs) or len(self.gens) != len(state["gens"]):
+            raise ValueError(f"{len(srcs)} saved tensors for {len(dsts)}")
+        for dst, src in zip(dsts, srcs):
+            if dst.shape != src.shape:
+                raise ValueError(f"a saved tensor of shape {tuple(src.shape)} for one of {tuple(dst.shape)}")
+            dst.copy_(src)
+        self.opt.t = state["opt_t"]
+        for g, s in zip(self.gens, state["gens"]):
+            g.set_state(s)
+        self.lr_alive.copy_(state["lr_alive"])
+        self.alive.copy_(state["alive"])
+        self.diverged_step = list(state["diverged_step"])
+        self.history.copy_(state["history"])
+        self.param.load_state_dict(_to(state["param"], self.device))
+        self.step_index = self.checked = self.reported = state["step_index"]
+
+    def results(self) -> list[RunResult]:
+        return _results(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
+
+
+def per_run_values(runs: Sequence[Run], device: torch.device) -> dict[str, Tensor]:
+    """{key: (K,) float64 tensor} of the runs' own values (`Run.grid`); {} when they have none.
+
+    Float64 so that code computing with a value rounds it to the training dtype once,
+    where a scalar would be: a run equals the job with that key set to its value.
+    """
+    keys = list(dict.fromkeys(k for r in runs for k, _ in r.grid))
+    table = [dict(r.grid) for r in runs]
+    if any(set(t) != set(keys) for t in table):
+        raise ValueError("every run of an ensemble must set the same per-run keys")
+    return {k: torch.tensor([t[k] for t in table], device=device, dtype=torch.float64) for k in keys}
+
+
+@torch.no_grad()
+def apply_updates(slots, updates, decays) -> None:
+    """w <- (1 - decay) * w - update; decays: one (K,) tensor per slot, or None.
+
+    The parameterization decides both (`updates`, `decays`): the engine only applies them.
+    """
+    for i, (s, u) in enumerate(zip(slots, updates)):
+        if decays is not None:
+            s.tensor.mul_(1 - run_view(decays[i], s.tensor))
+        s.tensor.sub_(u)
+
+
+def _to(state, device: torch.device):
+    """A checkpoint's nested dicts and lists with every tensor moved to `device` (checkpoints load
+    onto the CPU, and may have been written on another device)."""
+    if isinstance(state, Tensor):
+        return state.to(device)
+    if isinstance(state, dict):
+        return {k: _to(v, device) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_to(v, device) for v in state)
+    return state
+
+
+def _batch(task: Task, gens: list[torch.Generator], seed_index: Tensor, B: int) -> tuple[Tensor, Tensor]:
+    if len(gens) == 1:
+        return task.sample(gens[0], B)  # x: (B, *input_shape) shared by every run
+    xs, ys = zip(*(task.sample(g, B) for g in gens))
+    return torch.stack(xs)[seed_index], torch.stack(ys)[seed_index]  # (K, B, *input_shape), (K, B, ...)
+
+
+def _check(history: Tensor, start: int, end: int, alive: Tensor, diverged_step: list, factor: float) -> list[int]:
+    """Mark runs that diverged in steps [start, end); return the newly dead ones."""
+    window = history[:, :end].cpu()
+    initial = window[:, 0]
+    bad = ~torch.isfinite(window) | (window > factor * initial.unsqueeze(1).abs())
+    newly = []
+    for k in torch.nonzero(alive & bad[:, start:end].any(1)).flatten().tolist():
+        diverged_step[k] = int(torch.nonzero(bad[k]).min())
+        alive[k] = False
+        newly.append(k)
+    return newly
+
+
+@torch.no_grad()
+def _freeze(dead: list[int], slots, opt, lr_alive: Tensor) -> None:
+    """Stop dead runs for good: zero LR, and finite (zero) weights and optimizer state."""
+    idx = torch.tensor(dead, device=lr_alive.device)
+    lr_alive[idx] = 0
+    for t in [s.tensor for s in slots] + list(opt.state):
+        t[idx] = 0
+
+
+@torch.no_grad()
+def _results(train, runs, task: Task, model, history: Tensor, alive: Tensor, diverged_step) -> list[RunResult]:
+    K, steps = history.shape
+    hist = history.cpu().double()
+    window = max(1, math.ceil(train.final_window * steps))
+    final = hist[:, steps - window :].mean(1)
+    eval_loss = eval_acc = None
+    ev = task.eval_set()
+    if ev is not None:
+        with precision(train.dtype.value, history.device):
+            eval_loss, eval_acc = _evaluate(model, task, *ev)
+    keep = sorted(set(torch.linspace(0, steps - 1, min(steps, train.history_points)).round().long().tolist()))
+
+    out = []
+    for k, run in enumerate(runs):
+        ok = bool(alive[k])
+        stop = steps if ok else diverged_step[k] + 1
+        idx = [i for i in keep if i < stop]
+        if not ok and (not idx or idx[-1] != stop - 1):
+            idx.append(stop - 1)  # always keep the step where it diverged
+        losses = [_finite(hist[k, i]) for i in idx]
+        out.append(
+            RunResult(
+                log2_lr=round(run.log2_lr, 10),
+                lr=2.0**run.log2_lr,
+                seed=run.seed,
+                initial_loss=_finite(hist[k, 0]),
+                final_loss=float(final[k]) if ok else None,
+                diverged=not ok,
+                diverged_step=None if ok else diverged_step[k],
+                eval_loss=float(eval_loss[k]) if ok and eval_loss is not None else None,
+                eval_acc=float(eval_acc[k]) if ok and eval_acc is not None else None,
+                history_step=idx,
+                history_loss=losses,
+                grid=dict(run.grid),
+            )
+        )
+    return out
+
+
+def _evaluate(model, task: Task, x: Tensor, y: Tensor, predictions: int = 1024) -> tuple[Tensor, Tensor]:
+    """Held-out mean loss and accuracy of each run, (K,) each, on the host.
+
+    Every example holds the same number of predictions (1, or T for tokens); chunks
+    of about `predictions` of them bound the memory of the logits.
+    """
+    chunk = max(1, predictions // y[0].numel())
+    loss_sum = correct = 0
+    for i in range(0, len(y), chunk):
+        logits = model(x[i : i + chunk])  # (K, n, C) or (K, n, T, V)
+        n = len(y[i : i + chunk])
+        loss_sum = loss_sum + task.losses(logits, y[i : i + chunk]).double() * n
+        correct = correct + task.correct(logits, y[i : i + chunk])
+    return (loss_sum / len(y)).cpu(), (correct.double() / y.numel()).cpu()
+
+
+def _finite(v: Tensor) -> float | None:
+    v = float(v)
+    return v if math.isfinite(v) else None
+

@@ -1,0 +1,131 @@
+"""How many runs train together: each ensemble sized to the memory budget and, on a CPU, to
+the last-level cache; and a refusal, before any training, of a run that cannot fit at all.
+
+A run's sizes are measured by a forward pass on the meta device, so nothing is
+allocated to find out.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from lrtransfer.errors import UserError
+
+if TYPE_CHECKING:
+    from lrtransfer.training.build import Built
+
+
+def chunk_size(built: Built, K: int) -> int:
+    """Runs per ensemble: engine.chunk if set; else as many as the memory budget allows
+    and, on a CPU, as keep the ensemble's optimizer working set within the last-level
+    cache, in chunks of equal size.
+
+    Past the cache, every elementwise pass (optimizer, activations) runs at memory
+    speed, and one run at a time is faster than an ensemble (README: Performance);
+    on a GPU only the memory budget applies.
+    """
+    engine = built.engine
+    if not engine.batched:
+        return 1
+    if engine.chunk > 0:
+        return min(K, engine.chunk)
+    fp = footprint(built)
+    limit = int(engine.max_memory_gb * 2**30 // fp.bytes_per_run)
+    if built.device.type == "cpu":
+        limit = min(limit, last_level_cache() // fp.working_set_per_run)
+    limit = max(1, min(K, limit))
+    chunks = math.ceil(K / limit)
+    return math.ceil(K / chunks)
+
+
+class MemoryLimitError(UserError, ValueError):
+    """One run of the job cannot fit in the memory it may use."""
+
+
+def check_fits(built: Built, label: str) -> None:
+    """Refuse, before any training, a run whose estimated memory exceeds engine.max_memory_gb or the device's.
+
+    The ensemble is sized to the budget (`chunk_size`), but a single run is never
+    split: without this check it allocates until the system's OOM killer acts.
+    `label` names the job's scale in the message (width, depth, batch).
+    """
+    need = footprint(built).bytes_per_run
+    budget = built.engine.max_memory_gb * 2**30
+    total = device_memory(built.device)
+    if need <= min(budget, total):
+        return
+    over = f"engine.max_memory_gb={built.engine.max_memory_gb:g}" if budget < total else "this machine's memory"
+    raise MemoryLimitError(
+        f"{label}: one run needs about "
+        f"{need / 2**30:.1f} GiB (estimated), more than {over} ({min(budget, total) / 2**30:.1f} GiB; "
+        f"{built.device.type} has {total / 2**30:.1f} GiB); use a smaller width, depth or batch"
+        + (", or raise engine.max_memory_gb" if budget < total else "")
+    )
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory on the device: the GPU's, or this machine's physical memory."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: nothing to compare against
+        return 2**62
+
+
+@dataclass
+class Footprint:
+    weights: int  # trained numbers of one run
+    outputs: int  # numbers the layers output for one example
+    element: int  # bytes per number
+    batch: int
+
+    @property
+    def working_set_per_run(self) -> int:
+        """What every step streams through: for the optimizer, weight, gradient, two moments
+        and direction; for the forward and backward, every layer's output at the batch size.
+        In an MLP the weights dominate; in a conv net the activations."""
+        return (5 * self.weights + self.outputs * self.batch) * self.element
+
+    @property
+    def bytes_per_run(self) -> int:
+        """Training memory: the working set plus every layer output twice more (what
+        backward saves, its gradient): three copies of the activations in all."""
+        return self.working_set_per_run + 2 * self.outputs * self.batch * self.element + 1
+
+
+def footprint(built: Built) -> Footprint:
+    """One run's sizes, measured by a forward pass on the meta device (nothing allocated)."""
+    x, _ = built.task.sample(torch.Generator().manual_seed(0), 1)  # one example: its shape, dtype
+    dtype = built.dtype
+    with torch.device("meta"):
+        model = built.new_model(built.new_param(), 1)
+    model.to(dtype=dtype)
+    outputs = []
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    hooks = [m.register_forward_hook(lambda mod, inp, out: outputs.append(out.numel())) for m in leaves]
+    with torch.no_grad():
+        model(x.to("meta"))
+    for h in hooks:
+        h.remove()
+    weights = sum(p.numel() for p in model.parameters())
+    return Footprint(weights, sum(outputs), torch.finfo(dtype).bits // 8, built.train.batch_size)
+
+
+def last_level_cache() -> int:
+    """Bytes of the CPU's largest cache (Linux sysfs), or 32 MiB when it cannot be read."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper()
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * unit)
+        except ValueError:
+            continue
+    return max(sizes, default=32 * 2**20)
