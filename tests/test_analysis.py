@@ -170,15 +170,15 @@ def test_plots_are_written(tmp_path):
 def test_figures_and_tables_name_another_axis(tmp_path, cli):
     import matplotlib.pyplot as plt
 
-    from lrtransfer.reporting import plots
+    from lrtransfer.reporting import panels, plots
 
     for i, steps in enumerate((100, 200, 400)):
         fake_record(tmp_path, train={"steps": steps, "batch_size": 8}, optimum=-6 - i)
-    (family,) = plots.families(analysis.groups(analysis.load_runs(tmp_path)))
+    (family,) = panels.families(analysis.groups(analysis.load_runs(tmp_path)))
     fig = plots.transfer_figure(family)
     assert fig.axes[0].get_xlabel() == "train.steps (log scale)"
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["100", "200", "400"]
-    assert "batch 8" in plots.description(family) and "steps" not in plots.description(family)
+    assert "batch 8" in panels.description(family) and "steps" not in panels.description(family)
     plt.close(fig)
     lr = plots.lr_figure(family)
     assert lr.axes[0].get_legend().get_title().get_text() == "train.steps"
@@ -403,12 +403,12 @@ def test_a_study_is_grouped_and_named_as_if_alone(tmp_path):
 
 
 def test_panel_labels_name_what_tells_panels_apart(tmp_path):
-    from lrtransfer.reporting import plots
+    from lrtransfer.reporting import panels
 
     for w in (64, 128):
         fake_record(tmp_path, width=w, param="equalized", param_keys={"gain": 1.0})
         fake_record(tmp_path, width=w, param="equalized", param_keys={"gain": 2.0})
         fake_record(tmp_path, width=w, param="mup", param_keys={"base_width": 128})
-    (family,) = plots.families(analysis.groups(analysis.load_runs(tmp_path)))
-    labels = sorted(plots.panel_labels(family))
+    (family,) = panels.families(analysis.groups(analysis.load_runs(tmp_path)))
+    labels = sorted(panels.panel_labels(family))
     assert labels == ["param=equalized, param.gain=1.0", "param=equalized, param.gain=2.0", "param=mup"]

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 import pytest
-import torch
 
 from lrtransfer.training import build, engine
 from lrtransfer.config import inner_grid, semantic

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from lrtransfer import analysis
-from lrtransfer.reporting import plots
+from lrtransfer.reporting import panels, plots
 from tests.test_analysis import WIDTHS, fake_record, study
 
 
@@ -28,8 +28,8 @@ def two_params(tmp_path):
 
 def test_one_family_one_panel_per_param_shared_y(two_params):
     gs = analysis.groups(analysis.load_runs(two_params))
-    (family,) = plots.families(gs)
-    assert plots.panel_labels(family) == ["param=standard", "param=mup"]  # SP, the baseline, first
+    (family,) = panels.families(gs)
+    assert panels.panel_labels(family) == ["param=standard", "param=mup"]  # SP, the baseline, first
     fig = plots.lr_figure(family)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 2 and axes[0].get_ylim() == axes[1].get_ylim()
@@ -48,7 +48,7 @@ def test_a_blow_up_does_not_flatten_the_basin(tmp_path):
     for w in (64, 128):
         fake_record(tmp_path, width=w, optimum=-8, spike=-4)  # a finite loss of 1e6 at 2^-4
     gs = analysis.groups(analysis.load_runs(tmp_path))
-    fig = plots.lr_figure(plots.families(gs)[0])
+    fig = plots.lr_figure(panels.families(gs)[0])
     lo, hi = fig.axes[0].get_ylim()
     assert hi < 10 and lo < 1.0  # the basin (1.0 .. ~1.8) fills the view
     plt.close(fig)
@@ -56,7 +56,7 @@ def test_a_blow_up_does_not_flatten_the_basin(tmp_path):
 
 def test_transfer_figure_draws_the_fit_and_its_band(two_params):
     gs = analysis.groups(analysis.load_runs(two_params))
-    fig = plots.transfer_figure(plots.families(gs)[0])
+    fig = plots.transfer_figure(panels.families(gs)[0])
     ax = fig.axes[0]
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any(t.startswith("param=standard: drift \u22121.0") and "drifts down" in t for t in texts)
@@ -161,7 +161,7 @@ def test_a_corrupt_record_is_a_one_line_warning_in_the_cli(cli, two_params):
 
 def test_training_curves_at_a_diverging_lr(two_params):
     gs = analysis.groups(analysis.load_runs(two_params))
-    fig = plots.curves_figure(plots.families(gs)[0], log2_lr=-5)
+    fig = plots.curves_figure(panels.families(gs)[0], log2_lr=-5)
     sp = fig.axes[0]  # param=standard, where one seed of width 512 blew up to a loss of 50
     (crosses,) = [c for c in sp.collections if c.get_gid() == "diverged"]
     assert len(crosses.get_offsets()) == 1
@@ -192,7 +192,7 @@ def test_a_studys_figures_are_the_same_alone_and_beside_other_studies(cli, tmp_p
 
 def test_for_accuracy_diverged_crosses_sit_at_the_bottom_and_text_says_accuracy(cli, two_params):
     gs = analysis.groups(analysis.load_runs(two_params), metric="eval_acc")
-    fig = plots.lr_figure(plots.families(gs)[0], metric="eval_acc")
+    fig = plots.lr_figure(panels.families(gs)[0], metric="eval_acc")
     (crosses,) = [c for c in fig.axes[0].collections if c.get_gid() == "diverged"]
     assert (crosses.get_offsets()[:, 1] < 0.15).all()  # axes coordinates: the worst edge of an accuracy axis
     plt.close(fig)
@@ -227,8 +227,8 @@ def test_report_names_each_study_shows_figures_at_one_type_size_and_leaves_out_t
 def test_panels_put_sp_first_and_their_titles_fit(tmp_path):
     study(tmp_path, slope=-1.0, seeds=2, noise=0.002, params=("mup", "standard", "equalized"))
     gs = analysis.groups(analysis.load_runs(tmp_path))
-    (family,) = plots.families(gs)
-    assert plots.panel_labels(family) == ["param=standard", "param=equalized", "param=mup"]
+    (family,) = panels.families(gs)
+    assert panels.panel_labels(family) == ["param=standard", "param=equalized", "param=mup"]
     for fig in (plots.lr_figure(family), plots.curves_figure(family)):
         renderer = fig.canvas.get_renderer()
         fig.draw_without_rendering()
@@ -240,7 +240,7 @@ def test_panels_put_sp_first_and_their_titles_fit(tmp_path):
 def test_training_curves_show_every_recorded_point_and_say_how_many_seeds(tmp_path):
     study(tmp_path, slope=0.0, seeds=1, noise=0.05)  # noisy single-batch losses
     gs = analysis.groups(analysis.load_runs(tmp_path))
-    fig = plots.curves_figure(plots.families(gs)[0])
+    fig = plots.curves_figure(panels.families(gs)[0])
     ax = fig.axes[0]
     lo, hi = ax.get_ylim()
     recorded = [line for line in ax.get_lines() if line.get_gid() == "recorded"]
@@ -255,7 +255,7 @@ def test_training_curves_show_every_recorded_point_and_say_how_many_seeds(tmp_pa
 def test_optima_on_the_grid_edge_are_in_the_transfer_legend(tmp_path):
     for w, opt in zip(WIDTHS, [-6, -7, -8, -13]):  # the widest's optimum lies below the grid
         fake_record(tmp_path, width=w, optimum=opt)
-    fig = plots.transfer_figure(plots.families(analysis.groups(analysis.load_runs(tmp_path)))[0])
+    fig = plots.transfer_figure(panels.families(analysis.groups(analysis.load_runs(tmp_path)))[0])
     (legend,) = fig.legends
     edge = [h for h, t in zip(legend.legend_handles, legend.get_texts()) if "lowest LR" in t.get_text()]
     assert len(edge) == 1 and edge[0].get_marker() == "v" and edge[0].get_markerfacecolor() == "white"

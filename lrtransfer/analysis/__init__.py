@@ -1,10 +1,16 @@
 """From records to numbers: where each scale's optimum lies, how far it moves, and how sure we are.
 
-Reads records only (never the engine). Four steps, a module each:
-`records` (the runs of every record below a folder, as one table), `grouping`
-(which runs form one family of LR curves, and what names it), `statistics`
-(optima, drift and its interval, verdict, transfer cost) and `summary` (groups as
-plain data for JSON and tables); `group` composes the statistics for one group.
+Reads records only (never the engine). A module per step: `records` (the runs of
+every record below a folder, as one table), `grouping` (which runs form one family of
+LR curves, and what names it), `statistics` (optima, drift and its interval, verdict,
+transfer cost), `resampling` (the seeds or the curve noise, redrawn, for the
+intervals), `joint` (a second inner axis), `prediction` (the optimum at a new scale)
+and `summary` (groups as plain data for JSON and tables); `group` composes the
+statistics for one group.
+
+What this folder may import: `store` (reading records), `config` (a record's inner
+grid, which keys are run settings), `errors`. Never the engine, the sweep or the
+figures.
 """
 
 from lrtransfer.analysis.group import Group, analyse, groups
@@ -38,7 +44,6 @@ from lrtransfer.analysis.statistics import (
     Fit,
     Optima,
     ScaleOptima,
-    curve_noise,
     curves,
     drift,
     subgrid_optima,
@@ -46,6 +51,7 @@ from lrtransfer.analysis.statistics import (
     transfer_cost,
     verdict,
 )
+from lrtransfer.analysis.resampling import curve_noise
 from lrtransfer.analysis.summary import group_dict, overview, summarize, summary_doc
 
 __all__ = [

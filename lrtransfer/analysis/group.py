@@ -16,6 +16,7 @@ from lrtransfer.analysis.grouping import partition, scale_value
 from lrtransfer.analysis.joint import Joint, best_values
 from lrtransfer.analysis.joint import warnings_of as joint_warnings
 from lrtransfer.analysis.records import maximizes
+from lrtransfer.analysis.resampling import replicates, seed_tables
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
     EDGE_LOW,
@@ -28,10 +29,8 @@ from lrtransfer.analysis.statistics import (
     diverged_at,
     drift_fit,
     inflation,
-    replicates,
     scale_intervals,
     scale_optima,
-    seed_tables,
     transfer_cost,
     verdict,
 )

@@ -16,7 +16,8 @@ import pandas as pd
 
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
-from lrtransfer.reporting.plots import description, drift_words, families, family_figures, natural, panel_labels
+from lrtransfer.reporting.panels import description, drift_words, families, natural, panel_labels
+from lrtransfer.reporting.plots import family_figures
 from lrtransfer.config import RUN_SETTINGS
 from lrtransfer.reporting.style import DPI, LABELS, png_bytes
 

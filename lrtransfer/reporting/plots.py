@@ -35,12 +35,11 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from lrtransfer.analysis import EDGE_HIGH, EDGE_LOW, Group, maximizes, telling_keys  # noqa: E402
+from lrtransfer.analysis import EDGE_HIGH, EDGE_LOW, Group, maximizes  # noqa: E402
+from lrtransfer.reporting.panels import FAMILY_KEYS, description, drift_words, families, panel_labels  # noqa: E402
 from lrtransfer.reporting.style import COLUMN_WIDTH, LABELS, STYLE, fit_titles, save, signed  # noqa: E402
 
 KINDS = ("lr", "transfer", "curves", "joint")
-_FAMILY_KEYS = ("study", "model.name", "data.name")
-_DESCRIBED = ("study", "model.name", "data.name", "optim.name", "param.name", "train.steps", "train.batch_size")
 
 
 def y_limits(values: np.ndarray, maximize: bool = False) -> tuple[float, float]:
@@ -58,69 +57,6 @@ def y_limits(values: np.ndarray, maximize: bool = False) -> tuple[float, float]:
         hi = min(hi, med + 2.0 * (med - lo) + 1e-12) if med > lo else hi
     pad = 0.05 * (hi - lo or abs(hi) or 1.0)
     return lo - pad, hi + pad
-
-
-# ----------------------------------------------------------------------------- families and words
-
-
-def families(groups: list[Group]) -> list[list[Group]]:
-    """Groups of one study, model, data and axis: the panels of one figure, in `panel_order`."""
-    out: dict[tuple, list[Group]] = {}
-    for g in groups:
-        out.setdefault((g.axis, *(str(g.fixed.get(k)) for k in _FAMILY_KEYS)), []).append(g)
-    return [panel_order(family) for family in out.values()]
-
-
-BASELINE = {"param.name": "standard"}  # SP: what every other parameterization is read against
-
-
-def panel_order(family: list[Group]) -> list[Group]:
-    """The baseline (SP) first, then the others by what tells them apart, numbers by value."""
-    keys = telling_keys([g.fixed for g in family])
-
-    def key(g: Group):
-        baseline = all(str(g.fixed.get(k)) == v for k, v in BASELINE.items())
-        return (not baseline, [natural(str(g.fixed.get(k))) for k in keys])
-
-    return sorted(family, key=key)
-
-
-def natural(s: str) -> tuple:
-    """Sort key: numbers before text, numbers by value (gain 2 before gain 10)."""
-    try:
-        return (0, float(s), s)
-    except ValueError:
-        return (1, 0.0, s)
-
-
-def panel_labels(family: list[Group]) -> list[str]:
-    """What tells the family's groups apart (see `analysis.telling_keys`)."""
-    keys = telling_keys([g.fixed for g in family])
-    short = {"param.name": "param", "optim.name": "optim"}
-    return [", ".join(f"{short.get(k, k)}={g.fixed[k]}" for k in keys if k in g.fixed) for g in family]
-
-
-def description(family: list[Group]) -> str:
-    """Model, data, optimizer, steps: what all panels share, in words."""
-    f = family[0].fixed
-    common = {k: v for k, v in f.items() if all(str(g.fixed.get(k)) == str(v) for g in family)}
-    model = str(common.get("model.name", "model"))
-    other = [a for a in ("width", "depth") if a != family[0].axis and a in common]
-    if other:
-        model += " (" + ", ".join(f"{a} {common[a]}" for a in other) + ")"
-    parts = [model, common.get("data.name"), common.get("optim.name"), common.get("param.name")]
-    steps = f"{common['train.steps']} steps" if "train.steps" in common else None  # absent: the axis
-    batch = f"batch {common['train.batch_size']}" if "train.batch_size" in common else None
-    parts.append(" of ".join(p for p in (steps, batch) if p) or None)
-    rest = [f"{k}={v}" for k, v in common.items() if k not in _DESCRIBED and k not in other]
-    return " · ".join(str(p) for p in parts if p is not None) + (f" · {', '.join(rest)}" if rest else "")
-
-
-def drift_words(g: Group) -> str:
-    if g.drift is None:
-        return f"drift n/a · {g.verdict}"
-    ci = "" if g.drift_ci is None else f" [{signed(g.drift_ci[0])}, {signed(g.drift_ci[1])}]"
-    return f"drift {signed(g.drift)}{ci} · {g.verdict}"
 
 
 def scale_colors(scales: list[int]) -> dict[int, tuple]:
@@ -378,7 +314,7 @@ def _mean_history(runs) -> tuple[np.ndarray, np.ndarray, bool]:
 def slug(group_or_family) -> str:
     family = group_or_family if isinstance(group_or_family, list) else [group_or_family]
     f = family[0].fixed
-    parts = [str(f.get(k, "")) for k in _FAMILY_KEYS] + [family[0].axis]
+    parts = [str(f.get(k, "")) for k in FAMILY_KEYS] + [family[0].axis]
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "-".join(p for p in parts if p)).strip("_")
 
 
