@@ -24,3 +24,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# make docs   install; build the documentation site (docs/, mkdocs.yml) into site/
+.PHONY: docs
+
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir site
