@@ -1,6 +1,6 @@
 """lrtransfer: does my learning rate transfer when I scale this model up?
 
-The Python API (see README, "Python API"; docs/api_example.py):
+The Python API (docs/api.md; docs/api_example.py):
 
     import lrtransfer
     lrtransfer.plan(["width=64,256", "optim=sgd"])    # the jobs, done or not, and their work

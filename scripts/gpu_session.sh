@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of the README's Performance section, in parts that each fit a 10-minute run on
+# The GPU checks of docs/performance.md, in parts that each fit a 10-minute run on
 # a lent GPU machine whose image has PyTorch (CUDA) but not Hydra, and no package registry.
 #
 #   scripts/gpu_session.sh wheels       # here, with the registries: Hydra's wheels into .gpu-wheels/

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's two matrix-aware studies, measured on the default MLP and data, one seed:
+# The two matrix-aware studies of docs/optimizers.md and docs/parameterizations.md, measured on the default MLP and data, one seed:
 # - param=spectral (Adam, its own grid) at widths 64, 256, 1024 (study folder `default`
 #   unless name= is given: pass name=spectral to keep it apart);
 # - optim=muon under SP with optim.scale=jordan,spectral, and under muP (jordan), at widths

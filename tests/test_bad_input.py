@@ -1,7 +1,7 @@
 """The catalogue of bad input: each gives one line naming the value (and the valid
 choices), a non-zero exit, no traceback, and loses nothing already written.
 
-The README's troubleshooting table lists the same cases.
+docs/troubleshooting.md lists the same cases.
 """
 
 from __future__ import annotations

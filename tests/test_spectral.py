@@ -93,7 +93,7 @@ def test_the_power_estimate_holds_the_norm_to_its_tolerance_while_training():
     """The default estimate (a power iteration warm-started from the last step's vector, 1
     matrix-vector product pair a step) never overestimates, so an update is never below its
     target; on Adam's directions of a training MLP it is a few percent above it (median; at
-    most ~25%, measured: the README's spectral section)."""
+    most ~25%, measured: docs/parameterizations.md, spectral)."""
     cfg = typed(*CPU, "width=64", "train.dtype=float64", "data.input_dim=12")
     param = build.parameterization(cfg)
     net = build.model(cfg, param, runs=1, input_shape=(12,), output_dim=5).double()

@@ -1,6 +1,6 @@
 """A job's training state in `<job folder>/checkpoint.pt`: saved atomically, loaded safely.
 
-A results folder may be shared (see the SLURM section of the README), so a
+A results folder may be shared (docs/scale.md, SLURM), so a
 checkpoint is untrusted input: it is loaded with `weights_only=True`, which
 unpickles tensors and plain containers only and never runs code. Whatever cannot
 be restored (truncated, foreign, another layout) is reported on screen, removed,

@@ -27,7 +27,7 @@ def chunk_size(built: Built, K: int) -> int:
     cache, in chunks of equal size.
 
     Past the cache, every elementwise pass (optimizer, activations) runs at memory
-    speed, and one run at a time is faster than an ensemble (README: Performance);
+    speed, and one run at a time is faster than an ensemble (docs/performance.md);
     on a GPU only the memory budget applies.
     """
     engine = built.engine

@@ -113,7 +113,7 @@ class ImageSet:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise DataError(
                 f"data.download=true needs torchvision, which cannot be imported here ({reason}); "
-                f"{VISION_EXTRA}, or put {self.title} on disk yourself (README: Datasets)"
+                f"{VISION_EXTRA}, or put {self.title} on disk yourself (docs/datasets.md)"
             ) from None
         root.mkdir(parents=True, exist_ok=True)
         try:
