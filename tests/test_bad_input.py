@@ -79,7 +79,7 @@ CATALOGUE = [
     ("negative weight decay", ["optim.weight_decay=-1"], "optim.weight_decay must be >= 0, got -1.0"),
     ("negative momentum", ["optim=sgd", "optim.momentum=-1"], "optim.momentum must be in [0, 1), got -1.0"),
     ("momentum above 1", ["optim=sgd", "optim.momentum=5"], "optim.momentum must be in [0, 1), got 5.0"),
-    ("added root key", ["+foo=1"], "unknown key 'foo'; valid: data, depth"),
+    ("added root key", ["+foo=1"], "unknown key 'foo'; valid: adaptive, data, depth"),
     ("added nested key", ["+train.foo=1"], "unknown key 'train.foo'; valid: batch_size"),
     ("added group key", ["+model.foo=1"], "unknown key 'model.foo'; valid: activation, bias, name"),
     ("deleted key", ["~width"], "key 'width' is required (it cannot be deleted with ~)"),

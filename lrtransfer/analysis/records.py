@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +95,16 @@ def scan(root: str | Path) -> Scan:
     skipped = [str(w.message) for w in caught] + skipped
     for message in skipped:
         warnings.warn(message, SkippedRecordWarning, stacklevel=2)
+    return Scan(_frame(rows), failed, skipped)
+
+
+def table(records: Iterable[dict]) -> pd.DataFrame:
+    """The runs of the given complete records as one table, as `scan` makes it (an adaptive
+    sweep analyses exactly the jobs it planned, not whatever else its folder holds)."""
+    return _frame([row for rec in records for row in _rows(rec)])
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
     # object columns keep each config value as the record wrote it: an integer key
     # that some parameterizations lack stays an integer, not a float beside NaNs
     df = pd.DataFrame(rows, dtype=object)
@@ -102,7 +113,7 @@ def scan(root: str | Path) -> Scan:
             if m in df.columns:
                 df[m] = pd.to_numeric(df[m], errors="coerce")
         df["diverged"] = df["diverged"].astype(bool)
-    return Scan(df, failed, skipped)
+    return df
 
 
 def _rows(rec: dict) -> list[dict]:

@@ -46,20 +46,30 @@ def _resampled_means(V: np.ndarray, D: np.ndarray, M: np.ndarray, idx: np.ndarra
 
 
 def curve_noise(curves: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
-    """Noise of loss-vs-log2-LR curves, pooled: robust scale of third differences on uniform stretches.
+    """Noise of loss-vs-log2-LR curves, pooled: robust scale of third differences of every four
+    neighbouring finite points.
 
-    A third difference is zero for any quadratic, so the smooth basin does not count
-    as noise; for independent noise of s.d. sigma it has s.d. sigma*sqrt(20). The
-    median makes the few steep points near divergence count little.
+    A third (divided) difference is zero for any quadratic, whatever the spacing, so the
+    smooth basin does not count as noise; for independent noise of s.d. sigma, the
+    difference sum_j c_j y_j has s.d. sigma * sqrt(sum_j c_j^2), which each is divided
+    by. On a uniform stretch that is the plain difference y3 - 3 y2 + 3 y1 - y0 over
+    sqrt(20); an adaptive sweep's grids are uneven. The median makes the few steep
+    points near divergence count little.
     """
     d3 = []
     for x, y in curves:
         ok = np.isfinite(y)
         for start in range(len(x) - 3):
             w = slice(start, start + 4)
+            if not ok[w].all():
+                continue
             steps = np.diff(x[w])
-            if ok[w].all() and np.allclose(steps, steps[0]):
+            if np.allclose(steps, steps[0]):
                 d3.append(abs(y[start + 3] - 3 * y[start + 2] + 3 * y[start + 1] - y[start]))
+            else:  # in the same units: a uniform stretch's difference has s.d. sigma * sqrt(20)
+                xs = x[w]
+                c = np.array([1 / np.prod([xs[j] - xs[k] for k in range(4) if k != j]) for j in range(4)])
+                d3.append(abs(float(c @ y[w])) / math.sqrt(float(c @ c)) * math.sqrt(20))
     if not d3:
         return None
     return float(np.median(d3) / (0.6745 * math.sqrt(20)))

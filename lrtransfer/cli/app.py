@@ -14,6 +14,7 @@ from typing import List, Optional
 import typer
 
 from lrtransfer.cli import show
+from lrtransfer.errors import UserError
 from lrtransfer.cli.completion import complete_override, use_override_aware_bash_script
 
 app = typer.Typer(
@@ -40,12 +41,23 @@ def sweep(
     plan: bool = typer.Option(
         False, "--plan", help="List the jobs this sweep would run, which are done or running, and the work left; train nothing."
     ),
+    until_decided: bool = typer.Option(
+        False, "--until-decided", help="Run in rounds (coarse LRs, then finer ones around each optimum, then seeds where "
+        "the drift is least sure) until each verdict is decided (adaptive.enabled=true)."
+    ),
+    budget: Optional[str] = typer.Option(
+        None, "--budget", help="With --until-decided: at most this many run-steps (20000), or this long (90m, 2h, 600s)."
+    ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
     from lrtransfer.training import stop
     from lrtransfer.sweeps.launch import launch
 
     argv = list(overrides or [])
+    if budget is not None and not until_decided:
+        raise UserError(f"--budget {budget} limits an adaptive sweep: add --until-decided")
+    if until_decided:
+        argv += ["adaptive.enabled=true", *budget_overrides(budget)]
     if "-h" in argv:  # Hydra's own app help would list internal groups
         from lrtransfer.cli.catalog import help_text
 
@@ -59,7 +71,7 @@ def sweep(
         argv.append("hydra.sweeper.rerun=true")
     try:
         with stop.graceful():
-            report = launch(argv)
+            report = launch(argv, on_round_end=show.adaptive_round)
     except KeyboardInterrupt as e:  # stop.Interrupted says what was saved; a bare one is a second Ctrl-C
         message = str(e) if isinstance(e, stop.Interrupted) and str(e) else (
             "interrupted at once: finished records are kept; re-run the same command to compute the rest")
@@ -70,6 +82,29 @@ def sweep(
     show.sweep_report(report)
     if report.failed:
         raise typer.Exit(1)
+
+
+def budget_overrides(budget: str | None) -> list[str]:
+    """`--budget 20000` (run-steps) or `--budget 90m` (wall time: s, m, h) as config overrides."""
+    if budget is None:
+        return []
+    text = budget.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            value = float(text[:-1]) * units[text[-1]]
+            key = "adaptive.budget_s"
+        else:
+            value = float(text.replace("_", "").replace(",", ""))
+            key = "adaptive.budget"
+            if value != int(value):
+                raise ValueError
+            value = int(value)
+    except ValueError:
+        raise UserError(f"--budget {budget!r}: give run-steps (20000) or a time (600s, 90m, 2h)") from None
+    if not value > 0:
+        raise UserError(f"--budget must be positive, got {budget!r}")
+    return [f"{key}={value}"]
 
 
 def _pop_cfg_job(argv: list[str]) -> str | None:

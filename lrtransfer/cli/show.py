@@ -180,3 +180,61 @@ def sweep_report(report) -> None:
             continue
         summary(doc)
         console.print(f"records: {d}/  (next: lrtransfer plot {d})")
+    if report.adaptive is not None:
+        adaptive_outcome(report.adaptive)
+
+
+def adaptive_round(r) -> None:
+    """One round of an adaptive sweep as it ends: each scale's optimum and interval, the drift, the
+    verdict so far, the run-steps spent and what the next round trains."""
+    from rich.table import Table
+
+    from lrtransfer.sweeps.adaptive import next_words
+
+    console = wide_console()
+    of = f" of {r.budget:,}" if r.budget else ""
+    console.print(f"[bold]round {r.index}[/]: {r.spent:,} run-steps spent{of}")
+    for g in r.groups:
+        a = g.analysis
+        if a is None:
+            continue
+        table = Table(title=g.label, title_justify="left")
+        for col in (a.axis, "best log2 LR", "95% interval", "LRs", "seeds", "where"):
+            table.add_column(col, justify="right")
+        for i, s in enumerate(a.scales):
+            ci = a.best_log2_lr_ci[i]
+            state = g.states[s]
+            table.add_row(str(s), _fmt(a.best_log2_lr[i], "+.2f"), "-" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]",
+                          str(len(state.points())), str(len(state.seeds)), a.optimum[i])
+        console.print(table)
+        ci = "" if a.drift_ci is None else f" [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
+        status = g.end or (g.step.state if g.step else "")
+        console.print(f"drift {_fmt(a.drift, '+.2f')}{ci} -> [bold]{a.verdict}[/] ({status}; {g.spent:,} run-steps)")
+        for note in (g.step.notes if g.step else []):
+            console.print(f"  {note}")
+        nxt = next_words(g.step, a.axis) if not g.end else ""
+        if nxt:
+            console.print(f"  next: {nxt}", style="dim")
+    for line in r.lines:
+        console.print(f"  [yellow]{line}[/]")
+    console.print()
+
+
+def adaptive_outcome(outcome) -> None:
+    """How each group of an adaptive sweep ended: decided (its verdict), or undecided and why, with
+    the cheapest next step."""
+    from lrtransfer.sweeps.adaptive import settings_of, undecided_words
+
+    console = wide_console()
+    console.print(f"adaptive sweep: {outcome.rounds} round(s), {outcome.spent:,} run-steps"
+                  + (f" of a budget of {outcome.budget:,}" if outcome.budget else ""))
+    for g in outcome.groups:
+        a = g.analysis
+        if g.end == "decided" and a is not None:
+            console.print(f"  {g.label}: decided, [bold]{a.verdict}[/], drift {a.drift:+.2f} "
+                          f"[{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}] after {g.spent:,} run-steps")
+        else:
+            settings = settings_of(next(iter(g.bases.values())).typed)
+            console.print(f"  {g.label}: {undecided_words(g, settings)}")
+    for line in outcome.lines:
+        console.print(f"  [yellow]{line}[/]")

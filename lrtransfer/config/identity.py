@@ -14,6 +14,9 @@ from lrtransfer import options
 from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
 from lrtransfer.options import GROUPS
 
+# Keys of `lr` that decide which jobs an adaptive sweep plans, not what a job trains.
+SWEEP_ONLY_LR_KEYS = ("resolution",)
+
 
 def activation_of(model_name: str, param_name: str, activation: str) -> str:
     """model.activation with `auto` resolved: the model's own nonlinearity (its options'
@@ -35,8 +38,9 @@ def model_activation(cfg: Config) -> str:
 def semantic(cfg: DictConfig | dict) -> dict:
     """The part of a resolved config that decides what is computed: a job's identity.
 
-    Output locations (`results_dir`, `name`), how a job runs and where its results
-    also go (`RUN_SETTINGS`: `engine`, `tracker`), Hydra's own settings and the
+    Output locations (`results_dir`, `name`), how a job runs, where its results
+    also go and how a sweep picks its jobs (`RUN_SETTINGS`: `engine`, `tracker`,
+    `adaptive`, and `lr.resolution`, which only an adaptive sweep reads), Hydra's own settings and the
     fields a schema marks as `location` (where a dataset lives, whether it may be
     downloaded) are left out, so the same point is recognised whichever launcher,
     device, tracker, study folder or data folder ran it.
@@ -46,6 +50,8 @@ def semantic(cfg: DictConfig | dict) -> dict:
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
+    if isinstance(out.get("lr"), dict):
+        out["lr"] = {k: v for k, v in out["lr"].items() if k not in SWEEP_ONLY_LR_KEYS}
     grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid

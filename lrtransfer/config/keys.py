@@ -24,10 +24,11 @@ from lrtransfer import options
 from lrtransfer.options import GROUPS
 from lrtransfer.options.schema import ConfigError, Grid
 
-# The config's sections that say how a job runs (`engine`) and where its results also
-# go (`tracker`): they change nothing that is computed, so they are no part of a job's
-# identity (`identity.semantic`) and the analysis never groups runs by them.
-RUN_SETTINGS = ("engine", "tracker")
+# The config's sections that say how a job runs (`engine`), where its results also go
+# (`tracker`) and how a sweep chooses its jobs (`adaptive`): they change nothing a job
+# computes, so they are no part of a job's identity (`identity.semantic`) and the
+# analysis never groups runs by them.
+RUN_SETTINGS = ("engine", "tracker", "adaptive")
 
 
 # ---------------------------------------------------------------- choices
@@ -49,6 +50,14 @@ class DType(str, Enum):
     tf32 = "tf32"
 
 
+class Metric(str, Enum):
+    """What a run is judged by: its final training loss, held-out loss or held-out accuracy."""
+
+    train_loss = "train_loss"
+    eval_loss = "eval_loss"
+    eval_acc = "eval_acc"
+
+
 # ---------------------------------------------------------------- shared keys
 @dataclass
 class LRGrid:
@@ -64,6 +73,9 @@ class LRGrid:
     log2_min: float = MISSING
     log2_max: float = MISSING
     log2_step: float = MISSING
+    # An adaptive sweep refines each scale's optimum until the LR spacing around it is this
+    # fine (octaves). No part of a job's identity: a job trains its grid whatever it is.
+    resolution: float = 0.25
 
     def size(self) -> int:
         return int(math.floor((self.log2_max - self.log2_min) / self.log2_step + 1e-9)) + 1
@@ -117,6 +129,23 @@ class Engine:
     checkpoint_s: float = 300.0
 
 
+@dataclass
+class Adaptive:
+    """A sweep in rounds that spends its runs where the answer is still open
+    (`lrtransfer sweep --until-decided`; `sweeps/adaptive.py`): a coarse LR grid first, then
+    finer LRs around each scale's optimum down to `lr.resolution`, then seeds where the
+    drift's interval is widest, until the verdict is decided or the budget is spent.
+    None of it changes what a job computes: a run setting, no part of a job's identity."""
+
+    enabled: bool = False
+    coarse_step: float = 2.0  # octaves between round 1's learning rates, across lr.log2_min .. lr.log2_max
+    budget: Optional[int] = None  # run-steps (LR runs x training steps) the sweep may spend; null: no limit
+    budget_s: Optional[float] = None  # wall-clock seconds it may spend; null: no limit
+    max_seeds: int = 10  # seeds per scale at most
+    extend: float = 4.0  # octaves an optimum on the grid's edge may push it beyond lr.log2_min .. lr.log2_max
+    metric: Metric = Metric.train_loss  # what the verdict is about
+
+
 # ---------------------------------------------------------------- the whole
 @dataclass
 class Config:
@@ -138,6 +167,7 @@ class Config:
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
     tracker: Any = MISSING  # where results also go (lrtransfer/options/tracker/): no part of a job's identity
+    adaptive: Adaptive = field(default_factory=Adaptive)  # sweep in rounds until decided: no part of a job's identity
 
 
 @cache

@@ -14,7 +14,7 @@ from dataclasses import fields, replace
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
-from lrtransfer.config.keys import Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
+from lrtransfer.config.keys import Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
 from lrtransfer.errors import choices
 from lrtransfer.options import GROUPS
 from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, positive
@@ -79,7 +79,32 @@ def _check_inner_grid(cfg: Config) -> None:
                           f"= {runs} runs in a job; at most {MAX_RUNS_PER_JOB}")
 
 
-SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine}  # the typed nodes that are not groups
+MIN_RESOLUTION = 1 / 64  # octaves: finer than this, a sweep would train LRs 1% apart
+
+
+def _check_adaptive(cfg: Config) -> None:
+    """The adaptive sweep's keys (checked on every job, adaptive or not: a bad value in a study's
+    YAML is refused whether or not this sweep is adaptive)."""
+    a, res = cfg.adaptive, cfg.lr.resolution
+    if not (math.isfinite(res) and res > 0):
+        raise ConfigError(f"lr.resolution must be a positive number of octaves, got {res!r}")
+    if res < MIN_RESOLUTION:
+        raise ConfigError(f"lr.resolution={res:g} is finer than 1/64 octave; valid: {MIN_RESOLUTION:g} .. "
+                          f"adaptive.coarse_step={a.coarse_step:g}")
+    positive("adaptive.coarse_step", a.coarse_step)
+    if res > a.coarse_step:
+        raise ConfigError(f"lr.resolution={res:g} is coarser than adaptive.coarse_step={a.coarse_step:g}: "
+                          "round 1's grid would already be finer")
+    if a.budget is not None:
+        positive("adaptive.budget", a.budget)
+    if a.budget_s is not None:
+        positive("adaptive.budget_s", a.budget_s)
+    positive("adaptive.max_seeds", a.max_seeds)
+    if not (math.isfinite(a.extend) and a.extend >= 0):
+        raise ConfigError(f"adaptive.extend must be a number of octaves >= 0, got {a.extend!r}")
+
+
+SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine, "adaptive": Adaptive}  # the typed nodes that are not groups
 
 
 def _check_group_shape(cfg: DictConfig, group: str) -> None:
@@ -149,6 +174,7 @@ def validate(cfg: DictConfig | Config) -> Config:
             f"train.warmup_steps must be in [0, train.steps={cfg.train.steps}), got {cfg.train.warmup_steps!r}"
         )
     _check_lr_grid(cfg)
+    _check_adaptive(cfg)
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
     positive("engine.max_memory_gb", cfg.engine.max_memory_gb)

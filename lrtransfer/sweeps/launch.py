@@ -50,6 +50,7 @@ class SweepReport:
     total: int = 0
     skipped: int = 0
     returns: list[dict] = field(default_factory=list)
+    adaptive: object = None  # an adaptive sweep's outcome (`adaptive.Outcome`): rounds, spend, verdicts
 
     @property
     def failed(self) -> list[dict]:
@@ -61,14 +62,18 @@ class SweepReport:
 
 # The report of the last sweep run in this process, for the CLI to print.
 last_report: "SweepReport | Plan | None" = None
+# Called with each round of an adaptive sweep as it ends (the CLI prints it); None: quiet.
+on_round = None
 
 
-def launch(argv: list[str], action: str = "run") -> SweepReport | Plan | None:
+def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepReport | Plan | None:
     """Run `lrtransfer sweep ARGV...` through Hydra; return the report (None for --cfg, --info, -h).
 
     action="plan" composes and validates every job and returns the `Plan` instead of running it.
+    `on_round_end(round)`: called as each round of an adaptive sweep ends (`adaptive.Round`).
     """
-    global last_report
+    global last_report, on_round
+    on_round = on_round_end
     from hydra import version
     from hydra._internal.utils import _run_hydra, get_args_parser
 
@@ -124,8 +129,10 @@ def _caller_state_kept() -> Iterator[None]:
         root.setLevel(level)
 
 
-def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[PlannedJob], int, list[Path]]:
-    """Compose and validate every job; return the jobs to run, how many were already done, and the study folders."""
+def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool,
+         folders: list[Path] | None = None) -> tuple[list[PlannedJob], int, list[Path]]:
+    """Compose and validate every job; return the jobs to run, how many were already done, and the study folders.
+    `folders`, when given, gets every job's folder, in order (done or not)."""
     loader = sweeper.hydra_context.config_loader
     todo: list[PlannedJob] = []
     seen: set[str] = set()
@@ -145,6 +152,8 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool) -> tuple[list[
             raise ConfigError(f"{e}{where}") from None
         cuda_wanted |= typed.engine.device.startswith("cuda")
         folder = job_dir(cfg)
+        if folders is not None:
+            folders.append(folder)
         studies[folder.parent] = None
         if folder.name in seen:
             continue
@@ -199,42 +208,50 @@ def check_writable(folder: Path) -> None:
 def sweep(sweeper, arguments: list[str]) -> list:
     """The body of the lrtransfer sweeper (see module docstring)."""
     global last_report
-    from lrtransfer.sweeps import launchers, progress
+    from lrtransfer.sweeps import adaptive
 
     job_overrides = expand(sweeper, arguments)
     _check_launcher(sweeper.config)
+    if adaptive.requested(sweeper, job_overrides):
+        last_report = adaptive.run(sweeper, job_overrides, on_round=on_round)
+        return []
     if sweeper.action == "plan":
         from lrtransfer.sweeps.plan import survey
 
         last_report = survey(sweeper, job_overrides)
         return []
     todo, skipped, studies = plan(sweeper, job_overrides, rerun=sweeper.rerun)
-
     report = SweepReport(study_dirs=studies, total=len(todo) + skipped, skipped=skipped)
     last_report = report
-    if not todo:
-        return []
-    launchers.prepare(sweeper.config)
-    for d in studies:
-        write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
+    run_jobs(sweeper, todo, report)
+    return []
 
+
+def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: int = 0) -> None:
+    """Launch `todo` through the configured launcher (in batches of `max_batch_size`) and add each
+    job's return to `report`; raise `stop.Interrupted` after a stop, every finished record kept.
+    An adaptive sweep calls it once per round: each round is one multirun."""
+    from lrtransfer.sweeps import launchers, progress
+
+    if not todo:
+        return
+    launchers.prepare(sweeper.config)
+    for d in dict.fromkeys([*report.study_dirs, *(j.folder.parent for j in todo)]):
+        write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
     batch_size = sweeper.max_batch_size or len(todo)
-    returns = []
     with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             try:
-                results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=i)
+                results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=first_index + i)
             except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
                 if stop.requested():
                     raise stop.Interrupted(_interrupted_message(report)) from None
                 raise
             for job, r in zip(batch, results):
                 report.returns.append(_job_return(job, r))
-            returns.append(results)
             if stop.requested() or report.count("interrupted"):
                 raise stop.Interrupted(_interrupted_message(report))
-    return returns
 
 
 def _interrupted_message(report: SweepReport) -> str:

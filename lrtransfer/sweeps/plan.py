@@ -41,6 +41,7 @@ class Plan:
     first_config: DictConfig | None = None  # the first job's composed config, without `hydra`
     seconds_per_run_step: float | None = None
     rate_from: str = ""  # which finished jobs the rate was measured on
+    adaptive: list[str] = field(default_factory=list)  # an adaptive sweep's round and budget, said first
 
     @property
     def todo(self) -> list[PlanEntry]:
@@ -144,7 +145,7 @@ def format_duration(seconds: float) -> str:
 def describe(plan: Plan) -> list[str]:
     """The plan as lines for a terminal: one per job, then the totals."""
     width = max((len(j.varying) for j in plan.jobs), default=0)
-    lines = []
+    lines = list(plan.adaptive)
     for study in dict.fromkeys(j.folder.parent for j in plan.jobs):
         jobs = [j for j in plan.jobs if j.folder.parent == study]
         counts = {s: sum(j.status == s for j in jobs) for s in ("done", "running", "failed", "missing")}

@@ -1,0 +1,354 @@
+"""An adaptive sweep: rounds of jobs, each chosen from what the rounds before it measured,
+until every group's verdict is decided or the budget is spent (`--until-decided`).
+
+The user's sweep gives the *base* jobs (one per scale of each group); what each round
+adds to them (the LRs and seeds of `rounds.py`'s policy) becomes ordinary jobs, each one
+LR block and one seed, planned, skipped when already done, and launched through the
+configured launcher as one multirun. Every round's decision is made from the records of
+the jobs planned in the rounds before it and nothing else, and the analysis is
+deterministic, so a re-run of an interrupted sweep replays the same rounds from the
+records already written and continues where it stopped, with the same records and the
+same verdict as a sweep never interrupted (a wall-clock budget aside).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from lrtransfer.config import ConfigError, validate
+from lrtransfer.store import RECORD_NAME, job_dir, read_record
+from lrtransfer.sweeps import rounds
+
+# The keys each round's jobs set; a user's value for them is the base job's, replaced.
+SET_HERE = ("lr.log2_min", "lr.log2_max", "lr.log2_step", "seed", "n_seeds")
+
+
+@dataclass
+class Base:
+    """One job of the user's sweep: a scale of a group, before any LR or seed is chosen."""
+
+    overrides: list[str]  # the user's, less SET_HERE
+    typed: object  # the validated config
+    index: int
+
+
+@dataclass
+class GroupRun:
+    """One group of the sweep as the rounds go: its scales' states, its jobs, its latest analysis."""
+
+    axis: str
+    fixed: dict
+    bases: dict[float, Base]
+    states: dict[float, rounds.ScaleState]
+    jobs: list[Path] = field(default_factory=list)  # every job folder planned for it, in order
+    spent: int = 0  # run-steps of those jobs
+    analysis: object = None  # the latest `analysis.Group`
+    step: rounds.Step | None = None
+    end: str | None = None  # decided | stuck | out of seeds | budget | failed
+
+    @property
+    def label(self) -> str:
+        return "  ".join(f"{k}={v}" for k, v in self.fixed.items())
+
+    def runs_per_seed(self) -> dict[float, int]:
+        """Run-steps one more seed costs at each scale: its LRs x training steps."""
+        return {sc: len(st.points()) * self.bases[sc].typed.train.steps for sc, st in self.states.items()}
+
+
+@dataclass
+class Round:
+    """What the CLI prints as a round ends."""
+
+    index: int
+    groups: list[GroupRun]
+    spent: int  # run-steps of every job planned so far
+    budget: int | None
+    lines: list[str] = field(default_factory=list)  # budget trims, failures
+
+
+@dataclass
+class Outcome:
+    """How an adaptive sweep ended, group by group."""
+
+    rounds: int
+    spent: int
+    budget: int | None
+    groups: list[GroupRun]
+    lines: list[str] = field(default_factory=list)
+
+
+def requested(sweeper, job_overrides: list[list[str]]) -> bool:
+    """Whether the sweep's config asks for rounds (`adaptive.enabled`, set by `--until-decided`)."""
+    cfg = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(job_overrides[0]))
+    return bool(OmegaConf.select(cfg, "adaptive.enabled", default=False))
+
+
+def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
+    """Run the rounds (or, for `--plan`, replay the finished ones and plan the next); return the
+    `SweepReport` with its `adaptive` outcome, or the `Plan` of the next round."""
+    from lrtransfer.sweeps.launch import SweepReport
+
+    groups, settings, metric, budget_s = _groups(sweeper, job_overrides)
+    budget = groups[0].bases[next(iter(groups[0].bases))].typed.adaptive.budget
+    report = SweepReport()
+    plan_only = sweeper.action == "plan"
+    started = time.monotonic()
+    requests = {id(g): [rq for sc in g.states for rq in rounds.requests_of(sc, g.states[sc], g.states[sc].blocks, "coarse")]
+                for g in groups}
+    index, lines = 0, []
+    while any(requests.values()):
+        index += 1
+        jobs = [(g, rq, _job_overrides(g.bases[rq.scale], rq)) for g in groups for rq in requests[id(g)]]
+        if plan_only:
+            from lrtransfer.sweeps.plan import survey
+
+            survey_ = survey(sweeper, [o for _, _, o in jobs])
+            if survey_.todo:
+                survey_.adaptive = _plan_lines(index, groups, jobs, budget, budget_s)
+                return survey_
+            folders = [j.folder for j in survey_.jobs]
+        else:
+            folders = _run_round(sweeper, [o for _, _, o in jobs], report)
+        folders = folders if len(folders) == len(jobs) else [_folder(sweeper, o) for _, _, o in jobs]
+        for (g, rq, _), folder in zip(jobs, folders):
+            rounds.apply(g.states, [rq])
+            if folder not in g.jobs:
+                g.jobs.append(folder)
+                g.spent += len(rq.block.values()) * g.bases[rq.scale].typed.train.steps
+        failed = _analyse(groups, metric, settings)
+        lines = []
+        if failed:
+            lines.append(failed)
+            for g in groups:
+                g.end = g.end or "failed"
+        requests = {id(g): (g.step.requests if g.step and not g.end else []) for g in groups}
+        for g in groups:
+            if not g.end and g.step and not g.step.requests:
+                g.end = g.step.state
+        spent = sum(g.spent for g in groups)
+        requests, trimmed = _within_budget(groups, requests, spent, budget, budget_s, started, report)
+        lines += trimmed
+        if on_round is not None and not plan_only:
+            on_round(Round(index, groups, spent, budget, lines))
+    if plan_only:
+        from lrtransfer.sweeps.plan import Plan
+
+        return Plan(adaptive=[f"adaptive sweep: all {index} round(s) are done; every group ended "
+                              f"({', '.join(sorted({g.end or '?' for g in groups}))})"])
+    report.adaptive = Outcome(index, sum(g.spent for g in groups), budget, groups, lines)
+    return report
+
+
+# ---------------------------------------------------------------- the base jobs and their groups
+def _groups(sweeper, job_overrides):
+    """The user's jobs, validated and grouped as the analysis will group their records."""
+    from lrtransfer.analysis import records
+    from lrtransfer.analysis.grouping import partition, scale_value
+
+    loader = sweeper.hydra_context.config_loader
+    bases, fake = [], []
+    for i, overrides in enumerate(job_overrides):
+        cfg = loader.load_sweep_config(sweeper.config, list(overrides))
+        typed = validate(cfg)
+        _check_base(typed, overrides)
+        resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True,
+                                          enum_to_str=True)
+        bases.append(Base([o for o in overrides if _key(o) not in SET_HERE], typed, i))
+        fake.append({"job_id": str(i), "status": "complete", "config": resolved,
+                     "runs": [{"seed": typed.seed, "lr": 1.0, "log2_lr": 0.0, "final_loss": 0.0, "diverged": False}]})
+    _check_same_settings(bases)
+    first = bases[0].typed
+    groups = []
+    for axis, fixed, sub in partition(records.table(fake)):
+        members = {}
+        for _, row in sub.iterrows():
+            scale = scale_value(row[axis])
+            if scale in members:
+                raise ConfigError(f"an adaptive sweep chooses its seeds itself (from seed={first.seed} on), but two jobs "
+                                  f"share {axis}={scale:g} ({' '.join(fixed_part(fixed))}): drop seed=... from the sweep")
+            members[scale] = bases[int(row["job_id"])]
+        if len(members) < 2:
+            raise ConfigError(f"an adaptive sweep needs two or more values of the scale per group to measure a drift; "
+                              f"{' '.join(fixed_part(fixed)) or 'the sweep'} has {axis}={next(iter(members)):g} only "
+                              f"(e.g. width=64,256,1024)")
+        g = GroupRun(axis, fixed, dict(sorted(members.items())), {})
+        s = settings_of(first)
+        g.states = rounds.first_round(list(g.bases), first.seed, s)
+        groups.append(g)
+    return groups, settings_of(first), first.adaptive.metric.value, first.adaptive.budget_s
+
+
+def fixed_part(fixed: dict) -> list[str]:
+    return [f"{k}={v}" for k, v in fixed.items()]
+
+
+def settings_of(typed) -> rounds.Settings:
+    a = typed.adaptive
+    return rounds.Settings(log2_min=typed.lr.log2_min, log2_max=typed.lr.log2_max, coarse_step=a.coarse_step,
+                           resolution=typed.lr.resolution, max_seeds=a.max_seeds, extend=a.extend)
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def _check_base(typed, overrides) -> None:
+    from lrtransfer.config import inner_grid
+
+    if typed.n_seeds != 1:
+        raise ConfigError(f"n_seeds={typed.n_seeds}: an adaptive sweep adds seeds itself, one job each, from "
+                          f"seed={typed.seed} on; drop n_seeds")
+    found = inner_grid(typed)
+    if found is not None:
+        raise ConfigError(f"grid.{found[0]}: an adaptive sweep refines the LR alone; run the second axis as a fixed "
+                          "sweep (without --until-decided)")
+
+
+def _check_same_settings(bases: list[Base]) -> None:
+    first = bases[0].typed
+    for b in bases[1:]:
+        if (b.typed.adaptive, b.typed.lr.resolution) != (first.adaptive, first.lr.resolution):
+            raise ConfigError("adaptive.* and lr.resolution must be the same for every job of an adaptive sweep "
+                              f"(job {' '.join(b.overrides)} differs)")
+
+
+# ---------------------------------------------------------------- one round
+def _job_overrides(base: Base, rq: rounds.Request) -> list[str]:
+    b = rq.block
+    return [*base.overrides, f"lr.log2_min={b.log2_min!r}", f"lr.log2_max={b.log2_max!r}",
+            f"lr.log2_step={b.step!r}", f"seed={rq.seed}", "n_seeds=1"]
+
+
+def _folder(sweeper, overrides: list[str]) -> Path:
+    return job_dir(sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides)))
+
+
+def _run_round(sweeper, job_overrides: list[list[str]], report) -> list[Path]:
+    """Plan the round's jobs (validate, skip the finished), launch the rest as one multirun; the
+    folder of every job, in order."""
+    from lrtransfer.sweeps.launch import plan, run_jobs
+
+    folders: list[Path] = []
+    todo, skipped, studies = plan(sweeper, job_overrides, rerun=sweeper.rerun, folders=folders)
+    report.total += len(todo) + skipped
+    report.skipped += skipped
+    report.study_dirs = list(dict.fromkeys([*report.study_dirs, *studies]))
+    run_jobs(sweeper, todo, report, first_index=len(report.returns))
+    return folders
+
+
+def _analyse(groups: list[GroupRun], metric: str, settings: rounds.Settings) -> str | None:
+    """Each open group's records analysed and its next step decided; a line when a job has no
+    complete record (failed, or running in another sweep), which stops the sweep."""
+    from lrtransfer import analysis
+
+    for g in groups:
+        if g.end:
+            continue
+        recs = []
+        for folder in g.jobs:
+            path = folder / RECORD_NAME
+            rec = read_record(path) if path.exists() else None
+            if rec is None or rec["status"] != "complete":
+                why = "no record: it is running in another sweep, or was cut off" if rec is None else rec.get("error")
+                return (f"job {folder.name} has no complete record ({why}); the adaptive sweep stops here: "
+                        "re-run the same command once it is fixed, every finished job is kept")
+            recs.append(rec)
+        found = analysis.groups(analysis.records.table(recs), metric)
+        g.analysis = found[0]
+        g.step = rounds.next_step(g.analysis, g.states, settings)
+    return None
+
+
+# ---------------------------------------------------------------- the budget
+def _within_budget(groups, requests, spent, budget, budget_s, started, report):
+    """The next round cut to what the budget leaves (in run-steps, or in seconds at the rate
+    measured so far); a group whose next step does not fit at all ends undecided ("budget")."""
+    lines = []
+    left = None if budget is None else budget - spent
+    if budget_s is not None:
+        rate = _seconds_per_run_step(groups)
+        left_s = budget_s - (time.monotonic() - started)
+        by_time = max(0.0, left_s) / rate if rate else (math.inf if left_s > 0 else 0.0)
+        left = by_time if left is None else min(left, by_time)
+    out = {}
+    for g in groups:
+        asked = requests[id(g)]
+        kept = rounds.trim(asked, lambda unit, g=g: _cost(g, unit), left)
+        if left is not None:
+            left -= _cost(g, kept)
+        if asked and not kept:
+            g.end = "budget"
+        elif len(kept) < len(asked):
+            lines.append(f"{g.label}: the budget leaves room for part of the next round only")
+        out[id(g)] = kept
+    return out, lines
+
+
+def _cost(g: GroupRun, requests) -> int:
+    return sum(len(rq.block.values()) * g.bases[rq.scale].typed.train.steps for rq in requests)
+
+
+def _seconds_per_run_step(groups) -> float | None:
+    seconds = steps = 0.0
+    for g in groups:
+        for folder in g.jobs:
+            path = folder / RECORD_NAME
+            if path.exists():
+                rec = read_record(path)
+                if rec.get("wall_time_s") and rec["status"] == "complete":
+                    seconds += rec["wall_time_s"]
+                    steps += len(rec["runs"]) * int(rec["config"]["train"]["steps"])
+    return seconds / steps if steps else None
+
+
+# ---------------------------------------------------------------- words
+def next_words(step: rounds.Step | None, axis: str) -> str:
+    """What a group's next round trains, per scale: new LRs (each with every seed), new seeds."""
+    if step is None or not step.requests:
+        return ""
+    parts = []
+    for scale in dict.fromkeys(rq.scale for rq in step.requests):
+        mine = [rq for rq in step.requests if rq.scale == scale]
+        lrs = sorted({v for rq in mine if rq.why != "seed" for v in rq.block.values()})
+        seeds = sorted({rq.seed for rq in mine if rq.why == "seed"})
+        what = []
+        if lrs:
+            what.append(f"log2 LR {', '.join(f'{v:g}' for v in lrs)}")
+        if seeds:
+            n = len({v for rq in mine if rq.why == "seed" for v in rq.block.values()})
+            what.append(f"seed {', '.join(map(str, seeds))} on its {n} LRs")
+        parts.append(f"{axis} {scale:g}: {' + '.join(what)}")
+    return "; ".join(parts)
+
+
+def undecided_words(g: GroupRun, settings: rounds.Settings) -> str:
+    """'undecided after N run-steps', the interval, and the cheapest next step that would decide it."""
+    a = g.analysis
+    ci = "no interval" if a is None or a.drift_ci is None else f"drift {a.drift:+.2f} [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
+    why = {"budget": "the budget is spent", "out of seeds": "every scale that widens the interval has its "
+           f"adaptive.max_seeds={settings.max_seeds} seeds", "stuck": "an optimum cannot be located on the grids allowed",
+           "failed": "a job failed"}.get(g.end, g.end)
+    line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
+    if a is None or g.end in ("stuck", "failed"):
+        return line
+    extra = rounds.cheapest_decision(a, g.states, g.runs_per_seed(), settings)
+    if extra is None:
+        return line + "; no number of seeds is expected to decide it (the drift sits at the band's edge)"
+    cost = sum(k * g.runs_per_seed()[sc] for sc, k in extra.items())
+    seeds = ", ".join(f"{k} at {g.axis} {sc:g}" for sc, k in sorted(extra.items()))
+    return (line + f"; cheapest next step: {sum(extra.values())} more seed(s) ({seeds}), about {cost:,} run-steps, "
+            f"if the drift stays near {a.drift:+.2f} (re-run with a budget of {g.spent + cost:,} or more)")
+
+
+def _plan_lines(index: int, groups: list[GroupRun], jobs, budget, budget_s) -> list[str]:
+    steps = sum(len(rq.block.values()) * g.bases[rq.scale].typed.train.steps for g, rq, _ in jobs)
+    limit = " and ".join(x for x in (f"{budget:,} run-steps" if budget else "", f"{budget_s:g} s" if budget_s else "") if x)
+    return [f"adaptive sweep: round {index} trains {len(jobs)} job(s), {steps:,} run-steps; later rounds follow from "
+            f"what it measures (budget: {limit or 'none, adaptive.max_seeds seeds per scale at most'})"]
+

@@ -1,0 +1,287 @@
+"""What an adaptive sweep trains next, decided from what it has measured so far.
+
+A pure policy, no Hydra and no files: given one group's analysis (`analysis.Group`)
+and what each of its scales has trained (`ScaleState`: its LR blocks and seeds), it
+says which runs the next round adds (`Request`s) and why. The sweep (`adaptive.py`)
+turns requests into jobs; the simulation (`scripts/adaptive_coverage.py`) into
+fabricated runs, so the procedure whose coverage is measured is this one.
+
+1. Round 1 trains every scale on a coarse grid (`adaptive.coarse_step` octaves apart
+   across lr.log2_min .. lr.log2_max) with the first seed.
+2. A scale whose optimum sits on the grid's edge (or whose every LR diverged) gets one
+   more LR beyond that edge, a coarse step out, within `adaptive.extend` octaves of the
+   configured range. A located optimum gets LRs halfway to its neighbours, on the side
+   its parabola's vertex lies (both sides when the vertex is at the grid point), until
+   the LRs around it are `lr.resolution` apart, or its interval is narrower than
+   `lr.resolution` while they are at most `TRUSTED_SPACING` resolutions apart (the
+   interval measures noise, not how far a parabola through distant LRs is from the
+   curve; one octave, at the default resolution, is the spacing of a fixed grid).
+3. Once no scale needs an LR, a group whose drift interval lies inside the transfer band
+   (+-`TOLERANCE`) or outside it is decided. Otherwise one more seed goes to each scale
+   that contributes at least its share to the interval's width (`contributions`). A new
+   seed trains every LR its scale has; a new LR every seed, so each scale's runs stay a
+   full seeds x LRs table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, LOCATED, NONE, TOLERANCE
+
+EPS = 1e-9  # octaves: two LRs closer than this are the same LR
+TRUSTED_SPACING = 4  # resolutions: how far apart LRs may be for a narrow interval to end refining
+MAX_ABS_LOG2_LR = 100  # config.validate's bound on any job's grid
+
+
+@dataclass(frozen=True)
+class Block:
+    """One job's LR grid: log2_min, log2_min + step, ..., log2_max (a single LR when min == max)."""
+
+    log2_min: float
+    log2_max: float
+    step: float
+
+    def values(self) -> list[float]:
+        n = int(math.floor((self.log2_max - self.log2_min) / self.step + EPS)) + 1
+        return [self.log2_min + i * self.step for i in range(n)]
+
+
+@dataclass
+class ScaleState:
+    """What one scale has trained: every LR of `blocks` with every seed of `seeds`."""
+
+    blocks: list[Block]
+    seeds: list[int]
+    stuck: str | None = None  # why its optimum cannot be located on any grid allowed
+
+    def points(self) -> list[float]:
+        return sorted({round(v, 9) for b in self.blocks for v in b.values()})
+
+
+@dataclass(frozen=True)
+class Request:
+    """Train `block`'s LRs at `scale` with `seed`: one job."""
+
+    scale: float
+    block: Block
+    seed: int
+    why: str  # coarse | extend | refine | seed
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The sweep's keys the policy reads (`adaptive.*`, `lr.*`)."""
+
+    log2_min: float
+    log2_max: float
+    coarse_step: float
+    resolution: float
+    max_seeds: int
+    extend: float
+    tolerance: float = TOLERANCE
+
+
+@dataclass
+class Step:
+    """The policy's answer for one group: the next round's requests and the lines that explain them."""
+
+    requests: list[Request] = field(default_factory=list)
+    state: str = "refining"  # refining | seeding | decided | stuck | out of seeds
+    notes: list[str] = field(default_factory=list)
+
+
+def coarse_block(s: Settings) -> Block:
+    """Round 1's grid: coarse steps from lr.log2_min, the last at or below lr.log2_max."""
+    n = int(math.floor((s.log2_max - s.log2_min) / s.coarse_step + EPS))
+    return Block(s.log2_min, s.log2_min + n * s.coarse_step, s.coarse_step)
+
+
+def first_round(scales: list[float], seed: int, s: Settings) -> dict[float, ScaleState]:
+    return {v: ScaleState([coarse_block(s)], [seed]) for v in scales}
+
+
+def requests_of(scale: float, state: ScaleState, blocks: list[Block], why: str) -> list[Request]:
+    return [Request(scale, b, seed, why) for b in blocks for seed in state.seeds]
+
+
+def decided(ci, tolerance: float = TOLERANCE) -> bool:
+    """An interval inside the transfer band, or wholly outside it, decides the verdict."""
+    if ci is None:
+        return False
+    lo, hi = ci
+    return (-tolerance <= lo and hi <= tolerance) or lo > tolerance or hi < -tolerance
+
+
+def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
+    """The next round for one group, from its analysis `group` (`analysis.Group`) and `states`."""
+    step = Step()
+    for i, scale in enumerate(group.scales):
+        state = states[scale]
+        blocks, note = _lr_blocks(group, i, state, s)
+        if note:
+            step.notes.append(f"{group.axis} {scale:g}: {note}")
+        step.requests += requests_of(scale, state, blocks, "extend" if note and blocks else "refine")
+    if step.requests:
+        return step
+    stuck = [sc for sc in group.scales if states[sc].stuck]
+    if decided(group.drift_ci, s.tolerance):
+        step.state = "decided"
+    elif group.drift_ci is None or stuck:
+        step.state = "stuck"
+        if group.drift_ci is None and not stuck:
+            step.notes.append("no interval for the drift (fewer than two located optima)")
+    else:
+        step.requests = _seed_requests(group, states, s)
+        step.state = "seeding" if step.requests else "out of seeds"
+        if not step.requests:
+            step.notes.append(f"every scale that widens the interval has adaptive.max_seeds={s.max_seeds} seeds")
+    return step
+
+
+def _lr_blocks(group, i: int, state: ScaleState, s: Settings) -> tuple[list[Block], str | None]:
+    """The LRs scale i adds, and a line when it extends the grid or cannot."""
+    if state.stuck:
+        return [], None
+    kind, points = group.optimum[i], state.points()
+    if kind in (EDGE_LOW, EDGE_HIGH, NONE):
+        down = kind != EDGE_HIGH  # all diverged: the optimum lies below every LR tried
+        x = points[0] - s.coarse_step if down else points[-1] + s.coarse_step
+        limit = s.log2_min - s.extend if down else s.log2_max + s.extend
+        where = {EDGE_LOW: "the low edge", EDGE_HIGH: "the high edge", NONE: "below every LR tried (all diverged)"}[kind]
+        if (x < limit - EPS if down else x > limit + EPS) or abs(x) > MAX_ABS_LOG2_LR:
+            state.stuck = (f"its optimum is at {where} and the grid may not extend past log2 {limit:g} "
+                           f"(adaptive.extend={s.extend:g} octaves beyond lr.log2_{'min' if down else 'max'})")
+            return [], state.stuck
+        return [Block(x, x, s.coarse_step)], f"the optimum is at {where} of the grid: it extends to log2 {x:g}"
+    if kind not in LOCATED:
+        return [], None
+    x0 = group.grid_best_log2_lr[i]
+    left = max((p for p in points if p < x0 - EPS), default=None)
+    right = min((p for p in points if p > x0 + EPS), default=None)
+    hl = None if left is None else x0 - left
+    hr = None if right is None else right - x0
+    bracket = max(h for h in (hl, hr) if h is not None)
+    ci = group.best_log2_lr_ci[i]
+    narrow = ci is not None and ci[1] - ci[0] < s.resolution and bracket <= TRUSTED_SPACING * s.resolution + EPS
+    if bracket <= s.resolution + EPS or narrow:
+        return [], None
+    vertex = group.best_log2_lr[i] if group.best_log2_lr[i] is not None else x0
+    near = 0.25 * min(h for h in (hl, hr) if h is not None)
+    add = []
+    if hl is not None and hl > s.resolution + EPS and vertex < x0 + near:
+        add.append((x0 - hl / 2, hl / 2))
+    if hr is not None and hr > s.resolution + EPS and vertex > x0 - near:
+        add.append((x0 + hr / 2, hr / 2))
+    if len(add) == 2 and abs(add[0][1] - add[1][1]) < EPS:  # symmetric: one job of two LRs
+        return [Block(add[0][0], add[1][0], 2 * add[0][1])], None
+    return [Block(x, x, h) for x, h in add], None
+
+
+def contributions(group, states: dict[float, ScaleState]) -> dict[float, float]:
+    """Each located scale's share of the drift interval's width, squared, by the interval the
+    analysis gave: for the scatter of the optima about the line, the scale's squared residual;
+    for the resampled one, its weight in the least-squares slope, (x_i - mean x)^2, times its
+    optimum's variance, its interval's width squared (a scale without an interval counts as
+    wide as the widest). More seeds shrink either as their noise shrinks."""
+    used = [(i, sc) for i, sc in enumerate(group.scales) if sc in group.drift_scales]
+    if len(used) < 2:
+        return {}
+    xs = [math.log2(sc) for _, sc in used]
+    fit = getattr(group, "fit", None)
+    if fit is not None and (group.interval_method or "").startswith("least squares"):
+        return {sc: (group.best_log2_lr[i] - (fit.intercept + fit.slope * x)) ** 2 for (i, sc), x in zip(used, xs)}
+    xbar = sum(xs) / len(xs)
+    widths = {sc: (group.best_log2_lr_ci[i][1] - group.best_log2_lr_ci[i][0]) if group.best_log2_lr_ci[i] else None
+              for i, sc in used}
+    widest = max((w for w in widths.values() if w is not None), default=1.0)
+    return {sc: (x - xbar) ** 2 * (widths[sc] if widths[sc] is not None else widest) ** 2 for (_, sc), x in zip(used, xs)}
+
+
+def _seed_requests(group, states: dict[float, ScaleState], s: Settings) -> list[Request]:
+    share = contributions(group, states)
+    open_ = {sc: c for sc, c in share.items() if len(states[sc].seeds) < s.max_seeds}
+    if not open_:
+        return []
+    mean = sum(share.values()) / len(share)
+    chosen = sorted((sc for sc, c in open_.items() if c >= mean - EPS), key=lambda sc: -open_[sc])
+    if not chosen:  # the big contributors are out of seeds: the largest one left
+        chosen = [max(open_, key=open_.get)]
+    out = []
+    for sc in chosen:
+        state = states[sc]
+        seed = max(state.seeds) + 1
+        out += [Request(sc, b, seed, "seed") for b in state.blocks]
+    return out
+
+
+def units(requests: list[Request]) -> list[list[Request]]:
+    """Requests in the pieces a budget may cut between: a new seed of a scale with all its LRs, or
+    a new LR block of a scale with all its seeds (each scale's runs stay a full seeds x LRs table)."""
+    out: dict[tuple, list] = {}
+    for rq in requests:
+        key = (rq.scale, "seed", rq.seed) if rq.why == "seed" else (rq.scale, "lr", rq.block)
+        out.setdefault(key, []).append(rq)
+    return list(out.values())
+
+
+def trim(requests: list[Request], cost, left: float | None) -> list[Request]:
+    """The requests, in their order of priority, whole units at a time, while `cost(unit)` fits in
+    `left` (None: no limit)."""
+    if left is None:
+        return list(requests)
+    kept = []
+    for unit in units(requests):
+        c = cost(unit)
+        if c <= left:
+            kept += unit
+            left -= c
+    return kept
+
+
+def apply(states: dict[float, ScaleState], requests: list[Request]) -> None:
+    """Record what a round trains in each scale's state."""
+    for r in requests:
+        state = states[r.scale]
+        if r.block not in state.blocks:
+            state.blocks.append(r.block)
+        if r.seed not in state.seeds:
+            state.seeds.append(r.seed)
+
+
+def predicted_half_width(half_width: float, share: dict[float, float], seeds: dict[float, int], extra: dict[float, int]) -> float:
+    """The drift interval's half-width if scale i had extra[i] more seeds: each scale's share of
+    the variance shrinks as n_i / (n_i + k_i)."""
+    total = sum(share.values())
+    if total <= 0:
+        return half_width
+    kept = sum(c * seeds[sc] / (seeds[sc] + extra.get(sc, 0)) for sc, c in share.items())
+    return half_width * math.sqrt(kept / total)
+
+
+def cheapest_decision(group, states: dict[float, ScaleState], runs_per_seed: dict[float, int], s: Settings,
+                      max_extra: int = 64) -> dict[float, int] | None:
+    """The fewest run-steps' worth of extra seeds that would decide the verdict if the drift stayed
+    where it is: seeds added one at a time where they shrink the interval most per run, until the
+    predicted interval lies inside the band or outside it. None when no number of seeds would
+    (the drift sits on the band's edge) or no interval exists."""
+    if group.drift_ci is None or group.drift is None:
+        return None
+    share = contributions(group, states)
+    if not share:
+        return None
+    centre, half = group.drift, (group.drift_ci[1] - group.drift_ci[0]) / 2
+    seeds = {sc: len(states[sc].seeds) for sc in share}
+    extra: dict[float, int] = {}
+    for _ in range(max_extra):
+        hw = predicted_half_width(half, share, seeds, extra)
+        if decided((centre - hw, centre + hw), s.tolerance):
+            return extra
+        gain = {sc: (hw - predicted_half_width(half, share, seeds, {**extra, sc: extra.get(sc, 0) + 1})) / runs_per_seed[sc]
+                for sc in share}
+        best = max(gain, key=gain.get)
+        if gain[best] <= 0:
+            return None
+        extra[best] = extra.get(best, 0) + 1
+    return None

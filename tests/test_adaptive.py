@@ -1,0 +1,138 @@
+"""Adaptive sweeps (`--until-decided`): rounds end to end, resumed, under every local launcher, refused bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import lrtransfer_cmd
+
+# Small and quick: three widths, a coarse grid 4 octaves apart refined to 1 octave, two seeds at most.
+ADAPT = ["--until-decided", "width=8,16,32", "train.steps=20", "train.batch_size=16", "data.eval_size=64",
+         "lr.log2_min=-12", "lr.log2_max=-2", "adaptive.coarse_step=4", "lr.resolution=1", "adaptive.max_seeds=2",
+         "engine.progress=false", "engine.threads=1"]
+SHORT = [*ADAPT, "--budget", "260"]  # rounds 1-2: the coarse grid, then extensions and a refinement
+
+
+def records(folder: Path) -> dict[str, list]:
+    """job id -> its runs, as written."""
+    out = {}
+    for p in folder.glob("*/record.json"):
+        rec = json.loads(p.read_text())
+        assert rec["status"] == "complete"
+        out[p.parent.name] = rec["runs"]
+    return out
+
+
+def sweep(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(lrtransfer_cmd() + ["sweep", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def short_reference(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("short")
+    done = sweep(*SHORT, f"results_dir={root}", "name=s")
+    assert done.returncode == 0, done.stderr
+    assert "round 2" in done.stdout and "round 3" not in done.stdout, done.stdout
+    return records(root / "s")
+
+
+def test_an_adaptive_sweep_runs_in_rounds_until_it_ends_and_reads_like_any_study(cli, tmp_path):
+    code, out, err = cli("sweep", *ADAPT, f"results_dir={tmp_path}", "name=a")
+    assert code == 0, err
+    assert "round 1: 180 run-steps spent" in out  # 3 widths x 3 coarse LRs x 20 steps
+    assert "next: width" in out and "extends to log2" in out and "seed 1 on its" in out
+    assert "adaptive sweep:" in out and ("decided" in out or "undecided after" in out)
+    found = records(tmp_path / "a")
+    lrs = {json.loads(p.read_text())["config"]["width"]: set() for p in (tmp_path / "a").glob("*/record.json")}
+    for p in (tmp_path / "a").glob("*/record.json"):
+        rec = json.loads(p.read_text())
+        lrs[rec["config"]["width"]] |= {r["log2_lr"] for r in rec["runs"]}
+    assert all(len(v) > 3 for v in lrs.values())  # refined beyond the coarse grid's three
+    assert any(0.5 < abs(a - b) < 1.5 for v in lrs.values() for a in v for b in v)  # LRs an octave apart: uneven
+    code, summary, err = cli("summary", str(tmp_path / "a"), "--json")
+    assert code == 0 and json.loads(summary)["groups"][0]["scales"] == [8, 16, 32]
+    code, _, err = cli("plot", str(tmp_path / "a"))
+    assert code == 0, err
+    # nothing trained twice: the same command replays its rounds from the records
+    code, again, err = cli("sweep", *ADAPT, f"results_dir={tmp_path}", "name=a")
+    assert code == 0, err
+    assert f"0 job(s) ran, {len(found)} already done" in again
+    assert records(tmp_path / "a") == found
+    assert again.split("adaptive sweep:")[1] == out.split("adaptive sweep:")[1]
+
+
+def test_an_interrupted_adaptive_sweep_resumes_to_the_same_records(tmp_path, short_reference):
+    args = [*SHORT, "engine.checkpoint_s=0.01", f"results_dir={tmp_path}", "name=s"]
+    proc = subprocess.Popen(lrtransfer_cmd() + ["sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(list((tmp_path / "s").glob("*/record.json"))) < 4 and time.time() < deadline:  # into round 2 (3 jobs each)
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert 4 <= len(records(tmp_path / "s")) < len(short_reference)
+    again = sweep(*args)
+    assert again.returncode == 0, again.stderr
+    assert records(tmp_path / "s") == short_reference  # bit for bit: every job, every run
+
+
+@pytest.mark.parametrize("launcher, module", [("parallel", "hydra_plugins.hydra_joblib_launcher"),
+                                              ("processes", "hydra_plugins.hydra_submitit_launcher")])
+def test_each_round_is_a_multirun_under_every_local_launcher(tmp_path, short_reference, launcher, module):
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} not installed")
+    done = sweep(*SHORT, f"hydra/launcher={launcher}", f"results_dir={tmp_path}", "name=s")
+    assert done.returncode == 0, done.stderr
+    assert records(tmp_path / "s") == short_reference
+
+
+def test_a_budget_too_small_ends_undecided_with_the_interval_and_the_next_step(cli, tmp_path):
+    code, out, err = cli("sweep", *ADAPT, "--budget", "500", f"results_dir={tmp_path}", "name=b")
+    assert code == 0, err
+    text = " ".join(out.split())  # rich wraps long lines
+    assert "undecided after" in text and "the budget is spent" in text
+    assert "drift" in text.split("undecided after")[1]
+    assert "cheapest next step" in text or "no number of seeds" in text or "no interval" in text
+
+
+def test_the_plan_of_an_adaptive_sweep_shows_round_one_and_the_budget(cli, tmp_path):
+    code, out, err = cli("sweep", "--plan", *ADAPT, "--budget", "2h", f"results_dir={tmp_path}", "name=p")
+    assert code == 0, err
+    assert "adaptive sweep: round 1 trains 3 job(s), 180 run-steps" in out and "7200 s" in out
+    assert not (tmp_path / "p").exists() or not list((tmp_path / "p").glob("*/record.json"))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--budget", "0"], "--budget must be positive, got '0'"),
+    (["--budget", "-5"], "--budget must be positive, got '-5'"),
+    (["--budget", "lots"], "--budget 'lots': give run-steps (20000) or a time (600s, 90m, 2h)"),
+    (["adaptive.budget=0"], "adaptive.budget must be positive, got 0"),
+    (["adaptive.budget_s=-1"], "adaptive.budget_s must be positive, got -1"),
+    (["lr.resolution=0"], "lr.resolution must be a positive number of octaves, got 0"),
+    (["lr.resolution=-0.5"], "lr.resolution must be a positive number of octaves, got -0.5"),
+    (["lr.resolution=0.01"], "lr.resolution=0.01 is finer than 1/64 octave; valid: 0.015625 .. adaptive.coarse_step=4"),
+    (["lr.resolution=8"], "lr.resolution=8 is coarser than adaptive.coarse_step=4"),
+    (["n_seeds=3"], "n_seeds=3: an adaptive sweep adds seeds itself"),
+    (["seed=0,1"], "an adaptive sweep chooses its seeds itself"),
+    (["width=16"], "an adaptive sweep needs two or more values of the scale per group"),
+    (["grid.optim.weight_decay=[0,0.1]"], "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
+])
+def test_bad_adaptive_input_is_one_line_before_anything_trains(cli, tmp_path, args, fragment):
+    code, out, err = cli("sweep", *ADAPT, *args, f"results_dir={tmp_path}", "name=bad")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
+    assert not list(tmp_path.rglob("record.json"))
+
+
+def test_budget_without_until_decided_is_refused(cli, tmp_path):
+    code, out, err = cli("sweep", "width=8,16", "--budget", "100", f"results_dir={tmp_path}")
+    assert code == 2 and "add --until-decided" in err
