@@ -9,15 +9,16 @@ drift is known, and counts:
   "drifts down/up", or one that truly drifts decided "transfers";
 - undecided: the procedure stopped (out of seeds, budget) without a verdict.
 
-The loss curves have the measured shape and noise of a real study: `--write-model DIR`
-reads a fixed-grid study with several seeds (each width's mean curve, its optimum,
-where its runs diverge; the seeds' scatter of the optimum and the point noise of one
-seed's curve) and writes `scripts/curve_model.json`, which the simulation reads. A
-simulated width's curve is its measured mean curve (a cubic spline through it) moved
-so that its optimum sits on the line of the true drift, plus, for each seed, a shift
-of its optimum and independent noise at every LR, of the measured sizes.
+The loss curves have the measured shape and noise of a real study: `--write-model STUDY
+FINE` reads a fixed-grid study with several seeds (each width's mean curve, where its
+runs diverge, how far its seeds' optima scatter) and one on a fine LR grid (the point
+noise), and writes `scripts/curve_model.json`, which the simulation reads
+(`write_model` says how). A simulated width's curve is its measured mean curve (a cubic
+spline through it) moved so that its own minimum sits on the line of the true drift,
+plus, for each seed, a shift of its optimum and independent noise at every LR, of the
+measured sizes.
 
-    python scripts/adaptive_coverage.py --write-model results/width   # from a study run with seed=0,1,2
+    python scripts/adaptive_coverage.py --write-model results/width results/fine   # see write_model
     python scripts/adaptive_coverage.py [--studies 1000] [--workers 2]
 """
 
@@ -42,37 +43,59 @@ TRUTHS = (0.0, 0.15, -0.15, -0.45, -0.7)  # octaves per doubling: three that tra
 
 
 # ---------------------------------------------------------------- the model, from a real study
-def write_model(study: Path, out: Path = MODEL) -> dict:
+def write_model(study: Path, fine: Path, out: Path = MODEL) -> dict:
+    """The curve model: each width's mean curve from a fixed-grid study with several seeds
+    (`study`), where it diverges, and two kinds of seed-to-seed noise.
+
+    - Point noise, independent at each LR: measured on `fine`, the same model with several
+      seeds on a grid 1/8 octave apart, by third differences of each seed's curve (a curve
+      is straight at that scale, so what is left is noise; on an octave grid its bend would
+      count as noise too).
+    - A shift of each seed's optimum along the LR axis, of the size that makes one seed's
+      optimum on `study`'s own grid scatter as much as its seeds' did: the measured scatter,
+      less what the point noise alone gives there.
+    """
     df = analysis.load_runs(study)
     (g,) = analysis.groups(df)
     widths = [int(w) for w in g.scales]
-    curves, seed_optima = {}, []
+    curves, per_seed = {}, {}
     for w, best in zip(widths, g.best_log2_lr):
         sub = df[df["width"] == w]
-        mean = sub.groupby("log2_lr")["train_loss"].mean()  # NaN where a seed diverged
         diverged = sub.groupby("log2_lr")["diverged"].any()
-        finite = mean[~diverged]
+        mean = sub.groupby("log2_lr")["train_loss"].mean()[~diverged]
         first_bad = diverged[diverged].index.min() if diverged.any() else None
-        last_ok = finite.index.max()
-        curves[w] = {"optimum": best, "x": [float(x) for x in finite.index], "y": [float(y) for y in finite.values],
-                     "diverges_above": None if first_bad is None else (float(last_ok) + float(first_bad)) / 2}
+        curves[w] = {"optimum": best, "x": [float(x) for x in mean.index], "y": [float(y) for y in mean.values],
+                     "diverges_above": None if first_bad is None else (float(mean.index.max()) + float(first_bad)) / 2}
         for _, one in sub.groupby("run_seed"):
-            o = analysis.subgrid_optima(one.sort_values("log2_lr")["log2_lr"].to_numpy(),
-                                        one.sort_values("log2_lr")["train_loss"].to_numpy(dtype=float)[None])
-            if o.kind[0] == analysis.INTERIOR:
-                seed_optima.append((w, float(o.log2_lr[0])))
-    by_width = {}
-    for w, o in seed_optima:
-        by_width.setdefault(w, []).append(o)
-    shift_sd = math.sqrt(np.mean([np.var(v, ddof=1) for v in by_width.values() if len(v) > 1]))
+            one = one.sort_values("log2_lr")
+            o = analysis.subgrid_optima(one["log2_lr"].to_numpy(), one["train_loss"].to_numpy(dtype=float)[None])
+            per_seed.setdefault(w, []).append(float(o.log2_lr[0]))
+    scatter = math.sqrt(np.mean([np.var(v, ddof=1) for v in per_seed.values()]))
+    runs = analysis.load_runs(fine)
     singles = [(one.sort_values("log2_lr")["log2_lr"].to_numpy(), one.sort_values("log2_lr")["train_loss"].to_numpy(dtype=float))
-               for _, one in df.groupby(["width", "run_seed"])]
-    model = {"source": str(study), "widths": widths, "curves": curves, "seed_shift_sd": shift_sd,
-             "point_sd": analysis.curve_noise(singles), "steps": int(df["train.steps"].iloc[0]),
-             "lr_min": float(df["lr.log2_min"].min()), "lr_max": float(df["lr.log2_max"].max()),
-             "measured_drift": g.drift, "measured_ci": g.drift_ci}
+               for _, one in runs.groupby(["width", "run_seed"])]
+    point = analysis.curve_noise(singles)
+    model = {"source": f"{study.name}/ and {fine.name}/, read {time.strftime('%Y-%m-%d')}", "widths": widths,
+             "curves": curves, "point_sd": point, "seed_scatter": scatter, "seed_shift_sd": 0.0,
+             "steps": int(df["train.steps"].iloc[0]), "lr_min": float(df["lr.log2_min"].min()),
+             "lr_max": float(df["lr.log2_max"].max()), "measured_drift": g.drift, "measured_ci": g.drift_ci}
+    jitter = _point_noise_scatter(model)
+    model["seed_shift_sd"] = math.sqrt(max(0.0, scatter**2 - jitter**2))
     out.write_text(json.dumps(model, indent=1) + "\n")
     return model
+
+
+def _point_noise_scatter(model: dict, draws: int = 400) -> float:
+    """How far the point noise alone moves one seed's optimum on the study's own grid (pooled s.d.)."""
+    rng = np.random.default_rng(0)
+    curves = Curves(model, 0.0)
+    out = []
+    for w in curves.widths:
+        x = np.arange(model["lr_min"], model["lr_max"] + 1e-9, 1.0)
+        y = curves.loss(w, x, 0.0)[None] + rng.normal(0, model["point_sd"], (draws, x.size))
+        o = analysis.subgrid_optima(x, np.where(np.isfinite(y), y, np.nan)).log2_lr
+        out.append(np.nanvar(o, ddof=1))
+    return math.sqrt(float(np.mean(out)))
 
 
 # ---------------------------------------------------------------- one simulated study
@@ -89,9 +112,12 @@ class Curves:
         for w in self.widths:
             c = model["curves"][str(w)] if str(w) in model["curves"] else model["curves"][w]
             x = np.array(c["x"])
-            self.spline[w] = (CubicSpline(x, c["y"], bc_type="natural"), x.min(), x.max(), c["optimum"])
+            spline = CubicSpline(x, c["y"], bc_type="natural")
+            fine = np.linspace(x.min(), x.max(), 20001)
+            bottom = float(fine[np.argmin(spline(fine))])  # the curve's own minimum: the optimum it is moved by
+            self.spline[w] = (spline, x.min(), x.max(), bottom)
             self.optimum[w] = start + drift * math.log2(w / w0)
-            self.top[w] = None if c["diverges_above"] is None else c["diverges_above"] - c["optimum"]
+            self.top[w] = None if c["diverges_above"] is None else c["diverges_above"] - bottom
 
     def loss(self, w: int, x: np.ndarray, shift: float) -> np.ndarray:
         """The width's mean curve at log2 LR x, its optimum at the drift's line + `shift`; NaN where
@@ -123,7 +149,7 @@ def simulate(model: dict, drift: float, seed: int, settings: rounds.Settings, re
             x = np.array(rq.block.values())
             y = curves.loss(rq.scale, x, shifts[key]) + rng.normal(0, model["point_sd"], x.size)
             rows += [{"width": rq.scale, "run_seed": rq.seed, "log2_lr": float(a), "train_loss": float(b),
-                      "diverged": not math.isfinite(b)} for a, b in zip(x, y)]
+                      "diverged": not math.isfinite(b), "adaptive.enabled": True} for a, b in zip(x, y)]
             spent += x.size * steps
         rounds.apply(states, requests)
         g = analysis.analyse(pd.DataFrame(rows), "width", {}, "train_loss", np.random.default_rng(0), resamples)
@@ -166,16 +192,18 @@ def report(results: list[dict], fixed_cost: int) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--write-model", type=Path, metavar="STUDY", help="write scripts/curve_model.json from a fixed-grid study")
+    p.add_argument("--write-model", type=Path, nargs=2, metavar=("STUDY", "FINE"),
+                   help="write scripts/curve_model.json from a fixed-grid study and a fine-grid one (see write_model)")
     p.add_argument("--studies", type=int, default=1000, help="simulated studies in all, spread over the true drifts")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--resamples", type=int, default=N_RESAMPLES)
     p.add_argument("--model", type=Path, default=MODEL)
     a = p.parse_args()
     if a.write_model:
-        m = write_model(a.write_model)
-        print(f"wrote {MODEL}: widths {m['widths']}, seed shift s.d. {m['seed_shift_sd']:.3f} octave, "
-              f"point noise s.d. {m['point_sd']:.4f}, measured drift {m['measured_drift']:+.2f}")
+        m = write_model(*a.write_model)
+        print(f"wrote {MODEL}: widths {m['widths']}; one seed's optimum scatters {m['seed_scatter']:.3f} octave: "
+              f"a seed shift of s.d. {m['seed_shift_sd']:.3f} octave and point noise of s.d. {m['point_sd']:.4f}; "
+              f"measured drift {m['measured_drift']:+.2f}")
         return
     model = json.loads(a.model.read_text())
     settings = rounds.Settings(log2_min=model["lr_min"], log2_max=model["lr_max"], coarse_step=2.0, resolution=0.25,

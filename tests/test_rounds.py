@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from lrtransfer import analysis
 from lrtransfer.sweeps import rounds
@@ -28,8 +29,8 @@ def run(optima: dict, settings=SETTINGS, noise=0.0, max_rounds=40):
         for rq in requests:
             x = np.array(rq.block.values())
             y = curve(x, optima[rq.scale], rq.seed, noise)
-            rows += [{"width": rq.scale, "run_seed": rq.seed, "log2_lr": a, "train_loss": b, "diverged": False}
-                     for a, b in zip(x, y)]
+            rows += [{"width": rq.scale, "run_seed": rq.seed, "log2_lr": a, "train_loss": b, "diverged": False,
+                      "adaptive.enabled": True} for a, b in zip(x, y)]
         rounds.apply(states, requests)
         g = analysis.analyse(pd.DataFrame(rows), "width", {}, "train_loss", np.random.default_rng(0), 300)
         step = rounds.next_step(g, states, settings)
@@ -74,26 +75,23 @@ def test_an_optimum_on_the_grids_edge_extends_it_with_a_line_and_stops_at_the_li
     assert step.state == "stuck" and min(states[64].points()) == -18
 
 
-def test_seeds_go_where_the_interval_is_widest():
+def test_seeds_go_where_they_narrow_the_drift_most_and_double():
     from types import SimpleNamespace
 
     scales = [64, 128, 256, 512, 1024]
-    states = {w: rounds.ScaleState([rounds.Block(-10, -6, 2)], [0]) for w in scales}
-    # a resampled interval: every optimum as unsure as the next; the extremes weigh most in the slope
-    g = SimpleNamespace(scales=scales, drift_scales=scales, best_log2_lr_ci=[[-1.0, 1.0]] * 5, interval_method="bootstrap",
-                        best_log2_lr=[-8, -8.5, -9, -9.5, -10], fit=None, drift=-0.5, drift_ci=(-0.9, -0.1), axis="width")
-    share = rounds.contributions(g, states)
-    assert share[64] == share[1024] > share[128] > share[256] == 0
+    states = {w: rounds.ScaleState([rounds.Block(-10, -6, 2), rounds.Block(-9, -9, 1)], [0]) for w in scales}
+    g = SimpleNamespace(scales=scales, drift_scales=scales, drift=-0.5, drift_ci=(-0.9, -0.1), axis="width")
     asked = rounds._seed_requests(g, states, SETTINGS)
+    # the weighted spread sum n_i (x_i - mean)^2 grows most at the extremes of the axis
     assert {r.scale for r in asked} == {64, 1024} and {r.seed for r in asked} == {1}
-    # the scatter about the line: the optimum furthest from it
-    fit = SimpleNamespace(slope=-0.5, intercept=-5.0)  # at log2 64 = 6: -8
-    g.interval_method, g.fit = "least squares on the scatter of the optima about the line (t, 3 df)", fit
-    g.best_log2_lr = [-8, -8.5, -9.6, -9.5, -10]
-    share = rounds.contributions(g, states)
-    assert max(share, key=share.get) == 256
-    assert {r.scale for r in rounds._seed_requests(g, states, SETTINGS)} == {256}
-    for w in scales:  # out of seeds: nothing left to add
+    assert len(asked) == 2 * 2  # each new seed trains every LR block its scale has
+    rounds.apply(states, asked)
+    again = rounds._seed_requests(g, states, SETTINGS)
+    assert {r.seed for r in again if r.scale == 64} == {2, 3}  # seeds double: 2 -> 4
+    states[64].seeds = states[1024].seeds = list(range(SETTINGS.max_seeds))
+    later = rounds._seed_requests(g, states, SETTINGS)
+    assert {r.scale for r in later} == {128, 512}  # the extremes are full: the next most useful scales
+    for w in scales:
         states[w].seeds = list(range(SETTINGS.max_seeds))
     assert rounds._seed_requests(g, states, SETTINGS) == []
 
@@ -116,16 +114,14 @@ def test_the_cheapest_next_step_would_decide_if_the_drift_stayed():
     from types import SimpleNamespace
 
     scales = [64, 256, 1024]
-    states = {w: rounds.ScaleState([rounds.Block(-10, -6, 2)], [0]) for w in scales}
-    g = SimpleNamespace(scales=scales, drift_scales=scales, best_log2_lr_ci=[[-1.0, 1.0], [-0.2, 0.2], [-1.0, 1.0]],
-                        interval_method="bootstrap", best_log2_lr=[-8, -9, -10], fit=None, drift=-0.45,
-                        drift_ci=(-0.75, -0.15), axis="width")
+    states = {w: rounds.ScaleState([rounds.Block(-10, -6, 2)], [0, 1]) for w in scales}
+    g = SimpleNamespace(scales=scales, drift_scales=scales, drift=-0.45, drift_ci=(-0.75, -0.15), axis="width")
     per_seed = {64: 300, 256: 300, 1024: 900}  # the largest width's seeds cost most
     extra = rounds.cheapest_decision(g, states, per_seed, SETTINGS)
-    share = rounds.contributions(g, states)
-    hw = rounds.predicted_half_width(0.3, share, {w: 1 for w in scales}, extra)
-    assert rounds.decided((-0.45 - hw, -0.45 + hw)) and hw > 0
+    hw = rounds.predicted_half_width(g, {w: 2 for w in scales}, extra)
+    assert rounds.decided((-0.45 - hw, -0.45 + hw)) and 0 < hw < 0.2
     assert extra.get(256, 0) == 0  # the middle scale does not move the slope
     assert extra[64] >= extra.get(1024, 0)  # the cheap extreme first
+    assert rounds.predicted_half_width(g, {w: 2 for w in scales}, {}) == pytest.approx(0.3)
     g.drift = -0.25  # on the band's edge: no number of seeds decides it
     assert rounds.cheapest_decision(g, states, per_seed, SETTINGS) is None

@@ -29,8 +29,10 @@ from lrtransfer.analysis.statistics import (
     diverged_at,
     drift_fit,
     inflation,
+    replicate_fit,
     scale_intervals,
     scale_optima,
+    subgrid_optima,
     transfer_cost,
     verdict,
 )
@@ -98,17 +100,22 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
     cv = curves(sub, axis, metric)
     scales = sorted(scale_value(s) for s in cv["scale"].unique())
     seeds, tables = seed_tables(sub, axis, metric, scales)
-    opt = scale_optima(cv, scales, maximize)
+    window = ADAPTIVE_WINDOW if adaptive_design(sub) else None
+    opt = scale_optima(cv, scales, maximize, window)
     warn = grid_warnings(axis, scales, opt)
 
     # Drift over the located optima; resampling gives its interval.
     located = [k in LOCATED for k in opt.kind]
     used = [i for i, ok in enumerate(located) if ok]
     x = np.log2(np.array([scales[i] for i in used], dtype=float))
-    boot, method = replicates(tables, seeds, maximize, rng, n_resamples)
+    boot, method = replicates(tables, seeds, maximize, rng, n_resamples, window)
     inflate = inflation(len(seeds))
     resampled = None if boot is None or not used else np.stack([boot[scales[i]] for i in used], 1)  # (B, n)
-    fit = drift_fit(x, [opt.best[i] for i in used], resampled, method, inflate)
+    if window is not None:  # seeds per scale chosen by the data: weighted, its own interval
+        counts, ss, df = seed_spread(tables, [scales[i] for i in used], maximize, window)
+        fit = replicate_fit(x, np.array([opt.best[i] for i in used], dtype=float), counts, ss, df)
+    else:
+        fit = drift_fit(x, [opt.best[i] for i in used], resampled, method, inflate)
     if fit is not None and fit.ci is None:
         warn.append("no interval: too few finite points to measure the noise; add seeds")
     on_edge = any(k in (EDGE_LOW, EDGE_HIGH) for k in opt.kind)  # the optimum may lie off the grid: no verdict
@@ -146,6 +153,36 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         fit=fit,
         runs=sub,
     )
+
+
+# An adaptive sweep's estimators (`adaptive_design`): each optimum is the least-squares parabola
+# through the LRs within an octave of the best one (the fixed grid's own parabola, where LRs
+# are an octave apart), and the drift a weighted regression with replicates.
+ADAPTIVE_WINDOW = 1.0
+
+
+def adaptive_design(sub: pd.DataFrame) -> bool:
+    """Runs of an adaptive sweep (`--until-decided`): their records say so (`adaptive.enabled`)."""
+    return "adaptive.enabled" in sub and bool(sub["adaptive.enabled"].fillna(False).astype(bool).all())
+
+
+def seed_spread(tables: dict, scales: list, maximize: bool, window: float) -> tuple[np.ndarray, float, int]:
+    """Per scale the number of seeds, and pooled over scales the sum of squares of each seed's own
+    optimum about its scale's mean of them, with its degrees of freedom (located optima only)."""
+    counts, ss, df = [], 0.0, 0
+    for s in scales:
+        x, V, D, M = tables[s]
+        rows = [k for k in range(len(V)) if M[k].any()]
+        counts.append(len(rows))
+        own = []
+        for k in rows:
+            o = subgrid_optima(x[M[k]], V[k][M[k]][None], maximize, window)
+            if o.kind[0] in LOCATED:
+                own.append(float(o.log2_lr[0]))
+        if len(own) > 1:
+            ss += float(np.sum((np.array(own) - np.mean(own)) ** 2))
+            df += len(own) - 1
+    return np.array(counts, dtype=float), ss, df
 
 
 def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:

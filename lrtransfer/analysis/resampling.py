@@ -75,7 +75,7 @@ def curve_noise(curves: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
     return float(np.median(d3) / (0.6745 * math.sqrt(20)))
 
 
-def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generator, n: int):
+def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generator, n: int, window: float | None = None):
     """Resampled sub-grid optima per scale (n,) each, and a description of what was resampled.
 
     Several seeds: resample the seed list with replacement, the same draw for every
@@ -89,7 +89,7 @@ def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generat
     if len(seeds) >= 2:
         idx = rng.integers(0, len(seeds), size=(n, len(seeds)))
         alone = [s for s, (x, V, D, M) in tables.items() if M.any(1).sum() < 2]
-        out = {s: subgrid_optima(x, _resampled_means(V, D, M, idx), maximize).log2_lr
+        out = {s: subgrid_optima(x, _resampled_means(V, D, M, idx), maximize, window).log2_lr
                for s, (x, V, D, M) in tables.items() if s not in alone}
         how = f"bootstrap over seeds ({len(seeds)} seeds, {n} resamples)"
         if alone:  # V is NaN where a seed diverged or did not run: each row is one seed's curve
@@ -98,17 +98,18 @@ def replicates(tables: dict, seeds: list, maximize: bool, rng: np.random.Generat
                 return None, None
             for s in alone:
                 x, V, D, M = tables[s]
-                out[s] = _with_noise(x, V[int(M.any(1).argmax())], sigma, n, rng, maximize)
+                out[s] = _with_noise(x, V[int(M.any(1).argmax())], sigma, n, rng, maximize, window)
             how += f"; {', '.join(f'{s:g}' for s in alone)} (one seed): LR-curve noise s.d. {sigma:.3g}"
         return out, how
     means = {s: (x, _resampled_means(V, D, M, np.zeros((1, 1), dtype=int))[0]) for s, (x, V, D, M) in tables.items()}
     sigma = curve_noise(list(means.values()))
     if sigma is None:
         return None, None
-    out = {s: _with_noise(x, y, sigma, n, rng, maximize) for s, (x, y) in means.items()}
+    out = {s: _with_noise(x, y, sigma, n, rng, maximize, window) for s, (x, y) in means.items()}
     return out, f"bootstrap over LR-curve noise (one seed; noise s.d. {sigma:.3g} from the curves, {n} resamples)"
 
 
-def _with_noise(x: np.ndarray, y: np.ndarray, sigma: float, n: int, rng: np.random.Generator, maximize: bool) -> np.ndarray:
+def _with_noise(x: np.ndarray, y: np.ndarray, sigma: float, n: int, rng: np.random.Generator, maximize: bool,
+                window: float | None = None) -> np.ndarray:
     """(n,) optima of the curve y (L,) with Gaussian noise of s.d. `sigma` added to every point."""
-    return subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize).log2_lr
+    return subgrid_optima(x, y + sigma * rng.standard_normal((n, len(y))), maximize, window).log2_lr

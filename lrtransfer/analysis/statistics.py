@@ -62,10 +62,14 @@ class Optima:
     kind: np.ndarray  # INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH or NONE
 
 
-def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False) -> Optima:
+def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False, window: float | None = None) -> Optima:
     """Locate the optimum of each row of `y` (B, L) on the grid `x` (L,), NaN = diverged/missing.
 
-    Parabola through the grid minimum and its two neighbours; vertex and value.
+    Parabola through the grid minimum and its two neighbours; vertex and value. With `window`
+    (octaves), the least-squares parabola through every finite point within `window` of the
+    grid minimum instead (`windowed_vertex`): the same on a grid `window` apart, and on an
+    adaptive sweep's LRs, bunched round the optimum, it averages their noise where three close
+    points would magnify it.
     """
     x = np.asarray(x, dtype=float)
     y = np.atleast_2d(np.asarray(y, dtype=float))
@@ -88,6 +92,9 @@ def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False) -> Opti
         vertex = np.clip((xl + x0) / 2 - d1 / (2 * a), xl, xr)
         at_vertex = yl + d1 * (vertex - xl) + a * (vertex - xl) * (vertex - x0)
     curved = interior & (a > 0)
+    if window is not None:
+        vertex, at_vertex, a = windowed_vertex(x, s, i, window)
+        curved = interior & (a > 0)
     log2_lr = np.where(curved, vertex, np.where(found, x0, np.nan))
     value = np.where(curved, at_vertex, np.where(found, y0, np.nan))
     kind = np.full(B, NEAR_DIVERGENCE, dtype=object)
@@ -96,6 +103,28 @@ def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False) -> Opti
     kind[found & ~has_l] = EDGE_LOW
     kind[~found] = NONE
     return Optima(log2_lr, -value if maximize else value, np.where(found, i, -1), kind)
+
+
+def windowed_vertex(x: np.ndarray, s: np.ndarray, i: np.ndarray, window: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vertex, value there and curvature (B,) of the least-squares parabola through the finite
+    points of each row of `s` (B, L) within `window` of its grid minimum x[i]; the vertex kept
+    within those points. Curvature 0 (no parabola) where fewer than three points are in the window."""
+    x0 = x[i][:, None]  # (B, 1)
+    u = x[None, :] - x0  # (B, L)
+    m = (np.abs(u) <= window + 1e-9) & np.isfinite(s)
+    uz, sz = np.where(m, u, 0.0), np.where(m, s, 0.0)
+    S = [np.sum(m * uz**k, 1) for k in range(5)]  # sums of u^0 .. u^4 over the window
+    T = [np.sum(uz**k * sz, 1) for k in range(3)]
+    A = np.stack([np.stack(S[r : r + 3], -1) for r in range(3)], -2)  # (B, 3, 3) normal equations
+    ok = m.sum(1) >= 3
+    A[~ok] = np.eye(3)
+    c = np.linalg.solve(A, np.stack(T, -1)[..., None])[..., 0]  # (B, 3): c0 + c1 u + c2 u^2
+    c[~ok] = 0.0
+    lo = np.where(m, u, np.inf).min(1)
+    hi = np.where(m, u, -np.inf).max(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        uv = np.clip(-c[:, 1] / (2 * c[:, 2]), lo, hi)
+    return x0[:, 0] + uv, c[:, 0] + c[:, 1] * uv + c[:, 2] * uv**2, c[:, 2]
 
 
 # ----------------------------------------------------------------------------- drift
@@ -254,6 +283,42 @@ def drift_fit(x: np.ndarray, y: np.ndarray, boot: np.ndarray | None, method: str
     return fit
 
 
+def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float, within_df: int) -> Fit | None:
+    """The drift line of optima `y` (each the optimum of its scale's mean curve over n_i seeds)
+    against log2 scales `x`, weighted by n_i, with the interval of a regression with replicates.
+
+    An adaptive sweep gives its scales different numbers of seeds, so each optimum is as
+    unsure as one seed's (s^2, the same at every scale) divided by its n_i: weighted least
+    squares. s^2 is pooled from the two places it shows: the spread of the seeds' own
+    optima within each scale (`within_ss`, `within_df` = sum of (seeds - 1)) and the
+    weighted scatter of the scales' optima about the line (n - 2 df), whose lack of fit
+    (a bend) widens it honestly. Student t with the pooled degrees of freedom.
+    """
+    k, w = len(x), np.asarray(n, dtype=float)
+    df = within_df + k - 2
+    if k < 2 or len(set(np.asarray(x).tolist())) < 2:
+        return None
+    xw = float(w @ x / w.sum())
+    sxx = float(w @ (x - xw) ** 2)
+    slope = float(w @ ((x - xw) * y) / sxx)
+    intercept = float(w @ y / w.sum()) - slope * xw
+    if df < 1:  # two scales of one seed each: a line, no spread to measure
+        nan = np.full(2, np.nan)
+        return Fit(slope, intercept, None, None, np.array([x.min(), x.max()]), nan, nan, np.asarray(x, float), np.asarray(y, float))
+    resid = y - (intercept + slope * x)
+    s2 = (float(w @ resid**2) + within_ss) / df
+    t = t_quantile((1 + CONFIDENCE) / 2, df)
+    half = t * math.sqrt(s2 / sxx)
+    bx = np.linspace(x.min(), x.max(), 41)
+    band = t * np.sqrt(s2 * (1 / w.sum() + (bx - xw) ** 2 / sxx))
+    line = intercept + slope * bx
+    method = (f"weighted least squares on the optima, seeds {int(w.min())}..{int(w.max())} per scale "
+              f"(adaptive: t, {df} df from the seeds' spread and the scatter about the line)")
+    fit = Fit(slope, intercept, (slope - half, slope + half), method, bx, line - band, line + band)
+    fit.x, fit.y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    return fit
+
+
 @dataclass
 class ScaleOptima:
     """Each scale's optimum on its mean curve; lists in scale order."""
@@ -265,12 +330,12 @@ class ScaleOptima:
     kind: list[str]  # where it sits: INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE
 
 
-def scale_optima(cv: pd.DataFrame, scales: list[int], maximize: bool) -> ScaleOptima:
+def scale_optima(cv: pd.DataFrame, scales: list[int], maximize: bool, window: float | None = None) -> ScaleOptima:
     """Each scale's optimum on its mean curve (`curves`' rows of that scale)."""
     per_scale = []
     for s in scales:
         c = cv[cv["scale"] == s].sort_values("log2_lr")
-        o = subgrid_optima(c["log2_lr"].to_numpy(), c["mean"].to_numpy(dtype=float)[None], maximize)
+        o = subgrid_optima(c["log2_lr"].to_numpy(), c["mean"].to_numpy(dtype=float)[None], maximize, window)
         i = int(o.grid_index[0])
         grid = (float(c["log2_lr"].iloc[i]), float(c["mean"].iloc[i])) if i >= 0 else (None, None)
         per_scale.append((plain(float(o.log2_lr[0])), plain(float(o.value[0])), *grid, str(o.kind[0])))

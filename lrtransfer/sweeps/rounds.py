@@ -17,10 +17,11 @@ fabricated runs, so the procedure whose coverage is measured is this one.
    interval measures noise, not how far a parabola through distant LRs is from the
    curve; one octave, at the default resolution, is the spacing of a fixed grid).
 3. Once no scale needs an LR, a group whose drift interval lies inside the transfer band
-   (+-`TOLERANCE`) or outside it is decided. Otherwise one more seed goes to each scale
-   that contributes at least its share to the interval's width (`contributions`). A new
-   seed trains every LR its scale has; a new LR every seed, so each scale's runs stay a
-   full seeds x LRs table.
+   (+-`TOLERANCE`) or outside it is decided. Otherwise the scales where a seed narrows the
+   drift's interval most (`_seed_requests`: the extremes of the scale axis, as a rule)
+   double their seeds. A new seed trains every LR its scale has; a new LR every seed, so
+   each scale's runs stay a full seeds x LRs table. The drift's interval of an adaptive
+   study is a weighted regression with replicates (`analysis.statistics.replicate_fit`).
 """
 
 from __future__ import annotations
@@ -126,12 +127,17 @@ def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
     if step.requests:
         return step
     stuck = [sc for sc in group.scales if states[sc].stuck]
+    located = [sc for sc in group.scales if sc in group.drift_scales]
     if decided(group.drift_ci, s.tolerance):
         step.state = "decided"
-    elif group.drift_ci is None or stuck:
+    elif stuck or len(located) < 2:
         step.state = "stuck"
-        if group.drift_ci is None and not stuck:
-            step.notes.append("no interval for the drift (fewer than two located optima)")
+        if not stuck:
+            step.notes.append("fewer than two located optima: no drift to measure")
+    elif group.drift_ci is None:  # a line through too few points to measure its spread: a seed everywhere
+        step.requests = [Request(sc, b, max(states[sc].seeds) + 1, "seed") for sc in located
+                         if len(states[sc].seeds) < s.max_seeds for b in states[sc].blocks]
+        step.state = "seeding" if step.requests else "out of seeds"
     else:
         step.requests = _seed_requests(group, states, s)
         step.state = "seeding" if step.requests else "out of seeds"
@@ -179,40 +185,36 @@ def _lr_blocks(group, i: int, state: ScaleState, s: Settings) -> tuple[list[Bloc
     return [Block(x, x, h) for x, h in add], None
 
 
-def contributions(group, states: dict[float, ScaleState]) -> dict[float, float]:
-    """Each located scale's share of the drift interval's width, squared, by the interval the
-    analysis gave: for the scatter of the optima about the line, the scale's squared residual;
-    for the resampled one, its weight in the least-squares slope, (x_i - mean x)^2, times its
-    optimum's variance, its interval's width squared (a scale without an interval counts as
-    wide as the widest). More seeds shrink either as their noise shrinks."""
-    used = [(i, sc) for i, sc in enumerate(group.scales) if sc in group.drift_scales]
-    if len(used) < 2:
-        return {}
-    xs = [math.log2(sc) for _, sc in used]
-    fit = getattr(group, "fit", None)
-    if fit is not None and (group.interval_method or "").startswith("least squares"):
-        return {sc: (group.best_log2_lr[i] - (fit.intercept + fit.slope * x)) ** 2 for (i, sc), x in zip(used, xs)}
-    xbar = sum(xs) / len(xs)
-    widths = {sc: (group.best_log2_lr_ci[i][1] - group.best_log2_lr_ci[i][0]) if group.best_log2_lr_ci[i] else None
-              for i, sc in used}
-    widest = max((w for w in widths.values() if w is not None), default=1.0)
-    return {sc: (x - xbar) ** 2 * (widths[sc] if widths[sc] is not None else widest) ** 2 for (_, sc), x in zip(used, xs)}
+def spread(xs: dict[float, float], seeds: dict[float, int]) -> float:
+    """sum_i n_i (x_i - weighted mean x)^2: the drift's weighted least squares has variance s^2 over it
+    (`analysis.statistics.replicate_fit`), so it is what a seed buys."""
+    total = sum(seeds.values())
+    mean = sum(seeds[sc] * x for sc, x in xs.items()) / total
+    return sum(seeds[sc] * (x - mean) ** 2 for sc, x in xs.items())
+
+
+def _located(group) -> dict[float, float]:
+    """log2 of each scale whose optimum the drift is fitted to."""
+    return {sc: math.log2(sc) for sc in group.scales if sc in group.drift_scales}
 
 
 def _seed_requests(group, states: dict[float, ScaleState], s: Settings) -> list[Request]:
-    share = contributions(group, states)
-    open_ = {sc: c for sc, c in share.items() if len(states[sc].seeds) < s.max_seeds}
-    if not open_:
+    """Seeds for the scales where one more shrinks the drift's variance at least as much as the
+    average scale's would (the extremes of the scale axis, as a rule): each such scale doubles its
+    seeds (up to adaptive.max_seeds), so a verdict needs few rounds, and few looks at the data."""
+    xs = _located(group)
+    seeds = {sc: len(states[sc].seeds) for sc in xs}
+    base = spread(xs, seeds)
+    gain = {sc: spread(xs, {**seeds, sc: seeds[sc] + 1}) - base for sc in xs if seeds[sc] < s.max_seeds}
+    if not gain:
         return []
-    mean = sum(share.values()) / len(share)
-    chosen = sorted((sc for sc, c in open_.items() if c >= mean - EPS), key=lambda sc: -open_[sc])
-    if not chosen:  # the big contributors are out of seeds: the largest one left
-        chosen = [max(open_, key=open_.get)]
+    mean = sum(gain.values()) / len(gain)
     out = []
-    for sc in chosen:
+    for sc in sorted((sc for sc, g in gain.items() if g >= mean - EPS), key=lambda sc: -gain[sc]):
         state = states[sc]
-        seed = max(state.seeds) + 1
-        out += [Request(sc, b, seed, "seed") for b in state.blocks]
+        top = max(state.seeds)
+        for seed in range(top + 1, top + 1 + min(len(state.seeds), s.max_seeds - len(state.seeds))):
+            out += [Request(sc, b, seed, "seed") for b in state.blocks]
     return out
 
 
@@ -250,36 +252,37 @@ def apply(states: dict[float, ScaleState], requests: list[Request]) -> None:
             state.seeds.append(r.seed)
 
 
-def predicted_half_width(half_width: float, share: dict[float, float], seeds: dict[float, int], extra: dict[float, int]) -> float:
-    """The drift interval's half-width if scale i had extra[i] more seeds: each scale's share of
-    the variance shrinks as n_i / (n_i + k_i)."""
-    total = sum(share.values())
-    if total <= 0:
-        return half_width
-    kept = sum(c * seeds[sc] / (seeds[sc] + extra.get(sc, 0)) for sc, c in share.items())
-    return half_width * math.sqrt(kept / total)
+def predicted_half_width(group, seeds: dict[float, int], extra: dict[float, int]) -> float:
+    """The drift interval's half-width if each scale had extra[sc] more seeds, its noise as now: the
+    weighted spread grows (`spread`) and the t quantile falls with the degrees of freedom added."""
+    from lrtransfer.analysis.statistics import CONFIDENCE, t_quantile
+
+    xs = _located(group)
+    half = (group.drift_ci[1] - group.drift_ci[0]) / 2
+    more = {sc: seeds[sc] + extra.get(sc, 0) for sc in xs}
+    df_now, df_then = sum(seeds[sc] for sc in xs) - 2, sum(more.values()) - 2
+    q = (1 + CONFIDENCE) / 2
+    return half * math.sqrt(spread(xs, seeds) / spread(xs, more)) * t_quantile(q, df_then) / t_quantile(q, df_now)
 
 
 def cheapest_decision(group, states: dict[float, ScaleState], runs_per_seed: dict[float, int], s: Settings,
                       max_extra: int = 64) -> dict[float, int] | None:
-    """The fewest run-steps' worth of extra seeds that would decide the verdict if the drift stayed
-    where it is: seeds added one at a time where they shrink the interval most per run, until the
-    predicted interval lies inside the band or outside it. None when no number of seeds would
-    (the drift sits on the band's edge) or no interval exists."""
-    if group.drift_ci is None or group.drift is None:
+    """The fewest run-steps' worth of extra seeds that would decide the verdict if the drift and its
+    noise stayed as they are: seeds added one at a time where they shrink the interval most per run,
+    until the predicted interval lies inside the band or outside it. None when no number of seeds
+    would (the drift sits on the band's edge) or there is no interval."""
+    if group.drift_ci is None or group.drift is None or len(_located(group)) < 2:
         return None
-    share = contributions(group, states)
-    if not share:
+    seeds = {sc: len(states[sc].seeds) for sc in _located(group)}
+    if sum(seeds.values()) - 2 < 1:
         return None
-    centre, half = group.drift, (group.drift_ci[1] - group.drift_ci[0]) / 2
-    seeds = {sc: len(states[sc].seeds) for sc in share}
     extra: dict[float, int] = {}
     for _ in range(max_extra):
-        hw = predicted_half_width(half, share, seeds, extra)
-        if decided((centre - hw, centre + hw), s.tolerance):
+        hw = predicted_half_width(group, seeds, extra)
+        if decided((group.drift - hw, group.drift + hw), s.tolerance):
             return extra
-        gain = {sc: (hw - predicted_half_width(half, share, seeds, {**extra, sc: extra.get(sc, 0) + 1})) / runs_per_seed[sc]
-                for sc in share}
+        gain = {sc: (hw - predicted_half_width(group, seeds, {**extra, sc: extra.get(sc, 0) + 1})) / runs_per_seed[sc]
+                for sc in seeds}
         best = max(gain, key=gain.get)
         if gain[best] <= 0:
             return None
