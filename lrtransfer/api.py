@@ -43,16 +43,23 @@ def _argv(overrides: str | Sequence[str]) -> list[str]:
     return overrides.split() if isinstance(overrides, str) else [str(o) for o in overrides]
 
 
-def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: str = "train_loss") -> dict:
+def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: str = "train_loss",
+          until_decided: bool = False, budget: int | str | None = None) -> dict:
     """Run a sweep as `lrtransfer sweep OVERRIDES` does (finished jobs are skipped) and summarise it.
 
     Returns {"groups": [...] (as `summarize`), "study_dirs": [...], "ran": N, "skipped": N,
-    "failed": [{"overrides", "job_id", "error"}, ...]}. A failed job does not raise: the
-    others' results are worth having; look at "failed".
+    "failed": [{"overrides", "job_id", "error"}, ...], "adaptive": {...} or None}. A failed
+    job does not raise: the others' results are worth having; look at "failed".
+    `until_decided=True` runs it in rounds until each verdict is decided (`--until-decided`),
+    within `budget` run-steps (20000) or wall time ("90m"); "adaptive" then says how each
+    group ended (its rounds, run-steps, seeds and LRs per scale, and what would decide it).
     """
+    from lrtransfer.sweeps.adaptive import outcome_dict, until_decided_overrides
     from lrtransfer.sweeps.launch import SweepReport, launch
 
     argv = _argv(overrides)
+    with user_errors():
+        argv += until_decided_overrides(until_decided, budget)
     if rerun:
         argv.append("hydra.sweeper.rerun=true")
     with user_errors():
@@ -71,6 +78,7 @@ def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: s
         "ran": len(report.returns) - busy,
         "skipped": report.skipped,
         "failed": [{k: r.get(k) for k in ("overrides", "job_id", "error")} for r in report.failed],
+        "adaptive": None if report.adaptive is None else outcome_dict(report.adaptive),
     }
 
 

@@ -35,12 +35,17 @@ def sweep(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def short_reference(tmp_path_factory) -> dict:
+def short_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("short")
     done = sweep(*SHORT, f"results_dir={root}", "name=s")
     assert done.returncode == 0, done.stderr
     assert "round 2" in done.stdout and "round 3" not in done.stdout, done.stdout
-    return records(root / "s")
+    return root
+
+
+@pytest.fixture(scope="module")
+def short_reference(short_run) -> dict:
+    return records(short_run / "s")
 
 
 def test_an_adaptive_sweep_runs_in_rounds_until_it_ends_and_reads_like_any_study(cli, tmp_path):
@@ -92,6 +97,19 @@ def test_each_round_is_a_multirun_under_every_local_launcher(tmp_path, short_ref
     done = sweep(*SHORT, f"hydra/launcher={launcher}", f"results_dir={tmp_path}", "name=s")
     assert done.returncode == 0, done.stderr
     assert records(tmp_path / "s") == short_reference
+
+
+def test_the_python_api_runs_it_and_says_how_it_ended(short_run, short_reference):
+    import lrtransfer
+
+    args = [a for a in SHORT if not a.startswith("--") and a != "260"]
+    result = lrtransfer.sweep([*args, f"results_dir={short_run}", "name=s"], until_decided=True, budget=260)
+    assert result["ran"] == 0 and result["skipped"] == len(short_reference)  # replayed from the records
+    (g,) = result["adaptive"]["groups"]
+    assert result["adaptive"]["rounds"] == 2 and g["end"] == "budget" and "undecided after" in g["undecided"]
+    assert sorted(g["seeds"]) == [8, 16, 32] and all(len(v) >= 3 for v in g["lrs"].values())
+    with pytest.raises(lrtransfer.UserError, match="limits an adaptive sweep"):
+        lrtransfer.sweep(args, budget=100)
 
 
 def test_a_budget_too_small_ends_undecided_with_the_interval_and_the_next_step(cli, tmp_path):

@@ -14,7 +14,6 @@ from typing import List, Optional
 import typer
 
 from lrtransfer.cli import show
-from lrtransfer.errors import UserError
 from lrtransfer.cli.completion import complete_override, use_override_aware_bash_script
 
 app = typer.Typer(
@@ -50,14 +49,12 @@ def sweep(
     ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
-    from lrtransfer.training import stop
+    from lrtransfer.sweeps.adaptive import until_decided_overrides
     from lrtransfer.sweeps.launch import launch
+    from lrtransfer.training import stop
 
     argv = list(overrides or [])
-    if budget is not None and not until_decided:
-        raise UserError(f"--budget {budget} limits an adaptive sweep: add --until-decided")
-    if until_decided:
-        argv += ["adaptive.enabled=true", *budget_overrides(budget)]
+    argv += until_decided_overrides(until_decided, budget)
     if "-h" in argv:  # Hydra's own app help would list internal groups
         from lrtransfer.cli.catalog import help_text
 
@@ -82,29 +79,6 @@ def sweep(
     show.sweep_report(report)
     if report.failed:
         raise typer.Exit(1)
-
-
-def budget_overrides(budget: str | None) -> list[str]:
-    """`--budget 20000` (run-steps) or `--budget 90m` (wall time: s, m, h) as config overrides."""
-    if budget is None:
-        return []
-    text = budget.strip().lower()
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text[-1:] in units:
-            value = float(text[:-1]) * units[text[-1]]
-            key = "adaptive.budget_s"
-        else:
-            value = float(text.replace("_", "").replace(",", ""))
-            key = "adaptive.budget"
-            if value != int(value):
-                raise ValueError
-            value = int(value)
-    except ValueError:
-        raise UserError(f"--budget {budget!r}: give run-steps (20000) or a time (600s, 90m, 2h)") from None
-    if not value > 0:
-        raise UserError(f"--budget must be positive, got {budget!r}")
-    return [f"{key}={value}"]
 
 
 def _pop_cfg_job(argv: list[str]) -> str | None:

@@ -6,9 +6,12 @@ prepares Ray and SLURM); `plan.py` is the same survey without the training
 (`sweep --plan`); `job.py` is what a launcher runs for one job: lock its folder,
 build, train (resuming from `checkpoint.py`), write its record, log it to a tracker;
 `progress.py` shows the work done across processes, `requeue.py` saves before SLURM
-requeues a job, `messages.py` turns Hydra's errors into one line.
+requeues a job, `messages.py` turns Hydra's errors into one line. An adaptive sweep
+(`--until-decided`, `adaptive.py`) runs in rounds, each chosen by `rounds.py` from the
+analysis of the records before it.
 
 What this folder may import: `training` (to build and train a job), `config`,
-`options` (the data a job needs on disk, the tracker it logs to), `store`, `errors`.
-Never `analysis` or `reporting`: the command line reads the records afterwards.
+`options` (the data a job needs on disk, the tracker it logs to), `store`, `analysis`
+(an adaptive sweep's rounds), `errors`. Never `reporting`: the command line draws the
+records afterwards.
 """

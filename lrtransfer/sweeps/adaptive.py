@@ -21,6 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lrtransfer.config import ConfigError, validate
+from lrtransfer.errors import UserError
 from lrtransfer.store import RECORD_NAME, job_dir, read_record
 from lrtransfer.sweeps import rounds
 
@@ -142,6 +143,34 @@ def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
                               f"({', '.join(sorted({g.end or '?' for g in groups}))})"])
     report.adaptive = Outcome(index, sum(g.spent for g in groups), budget, groups, lines)
     return report
+
+
+def until_decided_overrides(until_decided: bool, budget: str | int | None) -> list[str]:
+    """`--until-decided [--budget B]` as config overrides: B in run-steps (20000), or a wall time
+    (600s, 90m, 2h). A budget alone is refused: it limits an adaptive sweep only."""
+    if budget is not None and not until_decided:
+        raise UserError(f"--budget {budget} limits an adaptive sweep: add --until-decided")
+    if not until_decided:
+        return []
+    if budget is None:
+        return ["adaptive.enabled=true"]
+    text = str(budget).strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            value = float(text[:-1]) * units[text[-1]]
+            key = "adaptive.budget_s"
+        else:
+            value = float(text.replace("_", "").replace(",", ""))
+            key = "adaptive.budget"
+            if value != int(value):
+                raise ValueError
+            value = int(value)
+    except ValueError:
+        raise UserError(f"--budget {budget!r}: give run-steps (20000) or a time (600s, 90m, 2h)") from None
+    if not value > 0:
+        raise UserError(f"--budget must be positive, got {budget!r}")
+    return ["adaptive.enabled=true", f"{key}={value}"]
 
 
 # ---------------------------------------------------------------- the base jobs and their groups
@@ -352,3 +381,18 @@ def _plan_lines(index: int, groups: list[GroupRun], jobs, budget, budget_s) -> l
     return [f"adaptive sweep: round {index} trains {len(jobs)} job(s), {steps:,} run-steps; later rounds follow from "
             f"what it measures (budget: {limit or 'none, adaptive.max_seeds seeds per scale at most'})"]
 
+
+
+def outcome_dict(outcome: Outcome) -> dict:
+    """An adaptive sweep's outcome as plain data (the Python API's `result["adaptive"]`)."""
+    groups = []
+    for g in outcome.groups:
+        a = g.analysis
+        settings = settings_of(next(iter(g.bases.values())).typed)
+        groups.append({"fixed": g.fixed, "axis": g.axis, "end": g.end, "run_steps": g.spent,
+                       "verdict": None if a is None else a.verdict, "drift": None if a is None else a.drift,
+                       "drift_ci": None if a is None or a.drift_ci is None else list(a.drift_ci),
+                       "seeds": {sc: len(st.seeds) for sc, st in g.states.items()},
+                       "lrs": {sc: st.points() for sc, st in g.states.items()},
+                       "undecided": None if g.end == "decided" else undecided_words(g, settings)})
+    return {"rounds": outcome.rounds, "run_steps": outcome.spent, "budget": outcome.budget, "groups": groups}
