@@ -154,3 +154,18 @@ def test_bad_adaptive_input_is_one_line_before_anything_trains(cli, tmp_path, ar
 def test_budget_without_until_decided_is_refused(cli, tmp_path):
     code, out, err = cli("sweep", "width=8,16", "--budget", "100", f"results_dir={tmp_path}")
     assert code == 2 and "add --until-decided" in err
+
+
+@pytest.mark.slow
+def test_the_coverage_simulation_runs_and_its_interval_covers(tmp_path):
+    """scripts/adaptive_coverage.py at a small size: the procedure itself on fabricated studies."""
+    import sys
+
+    done = subprocess.run([sys.executable, "scripts/adaptive_coverage.py", "--studies", "40", "--resamples", "300"],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    coverage = float(last.split("coverage ")[1].split(";")[0])
+    assert coverage >= 0.85, done.stdout  # 40 studies: a binomial spread of about +-3.5% around 95%
+    wrong = [float(part.split(": ")[1]) for part in last.split("; ")[1:]]  # truly transfers called drifts, and the reverse
+    assert len(wrong) == 2 and max(wrong) <= 0.05, last

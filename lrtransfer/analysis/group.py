@@ -120,7 +120,7 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         warn.append("no interval: too few finite points to measure the noise; add seeds")
     on_edge = any(k in (EDGE_LOW, EDGE_HIGH) for k in opt.kind)  # the optimum may lie off the grid: no verdict
 
-    t_lr = opt.grid_best[0] if len(scales) > 1 else None
+    t_lr = transferred_lr(cv, scales, opt.grid_best[0], maximize) if len(scales) > 1 else None
     t_loss, t_cost, t_se = transfer_cost(cv, tables, scales, opt.grid_best, opt.grid_value, t_lr)
     warn += [f"{axis} {s} diverges at the transferred LR (log2 {t_lr:g})" for s, d in zip(scales, diverged_at(cv, scales, t_lr)) if d]
 
@@ -183,6 +183,20 @@ def seed_spread(tables: dict, scales: list, maximize: bool, window: float) -> tu
             ss += float(np.sum((np.array(own) - np.mean(own)) ** 2))
             df += len(own) - 1
     return np.array(counts, dtype=float), ss, df
+
+
+def transferred_lr(cv: pd.DataFrame, scales: list, best: float | None, maximize: bool) -> float | None:
+    """The LR a practitioner who tuned the smallest scale would carry over: its best grid LR, or,
+    where the other scales did not all measure that one (an adaptive sweep's refined LRs), its
+    best among the LRs every scale measured. On a fixed grid the two are the same."""
+    shared = set.intersection(*(set(cv.loc[cv["scale"] == s, "log2_lr"]) for s in scales))
+    if best is None or best in shared or not shared:
+        return best if best is None or best in shared else None
+    first = cv[(cv["scale"] == scales[0]) & cv["log2_lr"].isin(shared)].dropna(subset=["mean"])
+    if first.empty:
+        return None
+    pick = first["mean"].idxmax() if maximize else first["mean"].idxmin()
+    return float(first.loc[pick, "log2_lr"])
 
 
 def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:

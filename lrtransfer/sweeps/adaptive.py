@@ -366,6 +366,13 @@ def undecided_words(g: GroupRun, settings: rounds.Settings) -> str:
     line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
     if a is None or g.end in ("stuck", "failed"):
         return line
+    if g.step is not None and g.step.state == "refining" and g.step.requests:  # cut short while refining
+        cost = _cost(g, g.step.requests)
+        line += f"; the next round refines the optima ({next_words(g.step, g.axis)}: {cost:,} run-steps)"
+        if rounds.decided(a.drift_ci, settings.tolerance):
+            return line + (f", though the interval already lies {'inside' if a.verdict == 'transfers' else 'outside'} the "
+                           f"band; re-run with a budget of {g.spent + cost:,} or more to finish")
+        return line + "; then seeds will be needed: re-run with a larger budget"
     extra = rounds.cheapest_decision(a, g.states, g.runs_per_seed(), settings)
     if extra is None:
         return line + "; no number of seeds is expected to decide it (the drift sits at the band's edge)"
