@@ -127,7 +127,9 @@ def test_sigint_then_rerun_computes_exactly_the_missing_jobs(tmp_path):
     assert len(resumed) == 1 and resumed[0].parent.name not in done
 
 
-@pytest.mark.parametrize("widths", [["16,24,32", "40,48,16"], ["16,24,32", "24,32,40", "32,40,16"]], ids=["2", "3"])
+@pytest.mark.parametrize("widths", [["16,24,32", "40,48,16"],
+                                    pytest.param(["16,24,32", "24,32,40", "32,40,16"], marks=pytest.mark.slow)],
+                         ids=["2", "3"])  # three sweeps at once: the same mechanism, twice the time (pytest -m slow)
 def test_overlapping_sweeps_train_every_job_exactly_once(tmp_path, widths):
     common = ["sweep", "train.steps=300", "train.batch_size=16", "data.eval_size=64", "lr.log2_min=-9",
               "lr.log2_max=-7", "engine.threads=1", "engine.progress=false", f"results_dir={tmp_path}", "name=s"]
