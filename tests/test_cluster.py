@@ -189,6 +189,44 @@ def test_requeue_is_inert_without_submitit():
         assert signal.getsignal(signal.SIGUSR2) is before
 
 
+def test_gated_model_waits_for_its_gate_or_the_signal(tmp_path, monkeypatch):
+    """The requeue tests' model (tests/gated_net.py): without its gate it never waits; with one it
+    waits until the gate opens or a stop is requested, never on the meta device, and not forever."""
+    import threading
+
+    import torch
+
+    from lrtransfer import stop
+    from tests import gated_net
+
+    def took(net, x) -> float:
+        t0 = time.monotonic()
+        net(x)
+        return time.monotonic() - t0
+
+    net, x = gated_net.build(8, 2, (4,), 3), torch.zeros(2, 4)
+    with torch.device("meta"):
+        sizing, x_meta = gated_net.build(8, 2, (4,), 3), torch.zeros(2, 4)
+    monkeypatch.setattr(stop, "_requested", False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("LRT_TEST_GATE_S", "0")  # a wait fails at once
+    monkeypatch.delenv("LRT_TEST_GATE", raising=False)
+    net(x)  # no gate: no wait
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("LRT_TEST_GATE", str(gate))
+    sizing(x_meta)  # never on the meta device
+    with pytest.raises(RuntimeError, match="never opened the gate"):
+        net(x)
+    assert (tmp_path / "gate.waiting").read_text().split()[:2] == ["-", str(os.getpid())]
+    monkeypatch.setenv("LRT_TEST_GATE_S", "30")
+    threading.Timer(0.5, gate.touch).start()
+    assert 0.4 <= took(net, x) < 10  # until the gate opens
+    net(x)  # open
+    gate.unlink()
+    threading.Timer(0.5, stop.request).start()  # what the requeue signal does (lrtransfer.requeue)
+    assert 0.4 <= took(net, x) < 10  # until a stop is requested
+
+
 # --- the real engines -------------------------------------------------------
 
 
