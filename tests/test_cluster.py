@@ -290,7 +290,10 @@ def wait_for(what: str, found, timeout: float, every: float = 0.5):
 
 
 def requeued(tmp_path: Path) -> bool:
-    return "Requeued job" in submitit_log(tmp_path / "slurm")
+    """Whether the job saved its checkpoint on a signal and submitit requeued it (the
+    engine's log line comes first, then submitit's requeue, in the same handler)."""
+    jobs = "".join(p.read_text() for p in (tmp_path / "slurm" / "s").glob("*/job.log"))
+    return "s after SIGUSR2" in jobs and "Requeued job" in submitit_log(tmp_path / "slurm")
 
 
 def check_requeued_equals_reference(tmp_path, proc, reference, case: str):
@@ -300,9 +303,6 @@ def check_requeued_equals_reference(tmp_path, proc, reference, case: str):
     waiting = tmp_path / "gate.waiting"
     assert waiting.exists(), jobs  # the job did wait at the gate
     assert f"this job is {case}" in log and "Requeued job" in log, log[-3000:]
-    waited_at, signalled = float(waiting.read_text().split()[2]), min(stamps(log, "Caught signal"))
-    assert waited_at < signalled, (f"signalled {waited_at - signalled:.1f} s before the job was training: "
-                                   "a start this slow needs a longer time limit")
     to_checkpoint = re.findall(r"checkpointed ([\d.]+) s after SIGUSR2", jobs)
     assert to_checkpoint, jobs  # the engine saved its state on the signal, before the requeue
     resumed = stamps(jobs, "resuming from")
@@ -367,13 +367,16 @@ def run_beside_reference(env, tmp_path, overrides, during):
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_slurm_time_limit_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
-    # A 2-minute limit, signalled 60 s before it (SLURM's timer may send it up to ~30 s
-    # earlier still): the job waits at the gate until then, however fast it trains.
+    # A 2-minute limit, signalled 60 s before it (SLURM's timer may send it up to 30 s
+    # earlier still): the job waits at the gate until then, however fast it trains. A job
+    # so slow to start that the signal comes before it trains is requeued without a
+    # checkpoint and waits at the gate again (max_num_timeout: room for that); the gate
+    # opens once a signal has found it training, saving its checkpoint, and requeued it.
     overrides = [*JOB, *SLURM, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=60",
-                 "hydra.launcher.max_num_timeout=3"]
+                 "hydra.launcher.max_num_timeout=6"]
 
     def requeue_then_open(gate):
-        wait_for("requeue after the time limit's signal", lambda: requeued(tmp_path), 600)
+        wait_for("checkpoint and requeue on the time limit's signal", lambda: requeued(tmp_path), 900)
 
     proc, reference = run_beside_reference(slurm, tmp_path, overrides, requeue_then_open)
     check_requeued_equals_reference(tmp_path, proc, reference, "timed-out")
