@@ -190,6 +190,44 @@ def test_requeue_is_inert_without_submitit():
         assert signal.getsignal(signal.SIGUSR2) is before
 
 
+def test_gated_model_waits_for_its_gate_or_the_signal(tmp_path, monkeypatch):
+    """The requeue tests' model (tests/gated_net.py): without its gate it never waits; with one it
+    waits until the gate opens or a stop is requested, never on the meta device, and not forever."""
+    import threading
+
+    import torch
+
+    from lrtransfer import stop
+    from tests import gated_net
+
+    def took(net, x) -> float:
+        t0 = time.monotonic()
+        net(x)
+        return time.monotonic() - t0
+
+    net, x = gated_net.build(8, 2, (4,), 3), torch.zeros(2, 4)
+    with torch.device("meta"):
+        sizing, x_meta = gated_net.build(8, 2, (4,), 3), torch.zeros(2, 4)
+    monkeypatch.setattr(stop, "_requested", False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("LRT_TEST_GATE_S", "0")  # a wait fails at once
+    monkeypatch.delenv("LRT_TEST_GATE", raising=False)
+    net(x)  # no gate: no wait
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("LRT_TEST_GATE", str(gate))
+    sizing(x_meta)  # never on the meta device
+    with pytest.raises(RuntimeError, match="never opened the gate"):
+        net(x)
+    assert (tmp_path / "gate.waiting").read_text().split()[:2] == ["-", str(os.getpid())]
+    monkeypatch.setenv("LRT_TEST_GATE_S", "30")
+    threading.Timer(0.5, gate.touch).start()
+    assert 0.4 <= took(net, x) < 10  # until the gate opens
+    net(x)  # open
+    gate.unlink()
+    threading.Timer(0.5, stop.request).start()  # what the requeue signal does (lrtransfer.requeue)
+    assert 0.4 <= took(net, x) < 10  # until a stop is requested
+
+
 # --- the real engines -------------------------------------------------------
 
 
@@ -212,10 +250,18 @@ def test_ray_cluster_sweep_equals_in_process(ray_head, tmp_path, in_process):
 
 
 # --- preemption and time limits on the real scheduler ------------------------
+#
+# The job's model waits at a gate (tests/gated_net.py) until the test opens it, and
+# stops waiting when the requeue signal arrives: whatever the machine's speed, the job
+# is still training when SLURM (or the test) signals it, saves its checkpoint and is
+# requeued; the test opens the gate once it has seen the requeue, and the requeued job
+# resumes from the checkpoint and finishes. The in-process reference run of the same
+# config never waits (no LRT_TEST_GATE in its environment).
 
-# ~1 minute of training on one thread here; checkpoints only when asked (signal).
-LONG = ["width=256", "train.steps=2000", "train.batch_size=64", "lr.log2_min=-10", "lr.log2_max=-6",
-        "engine.progress=false", "engine.threads=1", "engine.checkpoint_s=3600"]
+GATED = Path(__file__).resolve().parent / "gated_net.py"
+# A few seconds of training on one thread here; a checkpoint only when asked (the signal).
+JOB = ["model=custom", f"model.target={GATED}:build", "width=64", "train.steps=400", "train.batch_size=64",
+       "lr.log2_min=-10", "lr.log2_max=-6", "engine.progress=false", "engine.threads=1", "engine.checkpoint_s=3600"]
 
 
 def submitit_log(folder: Path) -> str:
@@ -232,36 +278,87 @@ def stamps(log: str, pattern: str) -> list[float]:
     return out
 
 
-def check_requeued_equals_reference(tmp_path, proc, reference):
+def wait_for(what: str, found, timeout: float, every: float = 0.5):
+    """found()'s first true value, polled until `timeout` seconds have passed; AssertionError naming `what` then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = found()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout:.0f} s")
+        time.sleep(every)
+
+
+def requeued(tmp_path: Path) -> bool:
+    """Whether the job saved its checkpoint on a signal and submitit requeued it (the
+    engine's log line comes first, then submitit's requeue, in the same handler)."""
+    jobs = "".join(p.read_text() for p in (tmp_path / "slurm" / "s").glob("*/job.log"))
+    return "s after SIGUSR2" in jobs and "Requeued job" in submitit_log(tmp_path / "slurm")
+
+
+def check_requeued_equals_reference(tmp_path, proc, reference, case: str):
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = submitit_log(tmp_path / "slurm")
-    assert "Requeued job" in log, log[-3000:]
-    assert records(tmp_path / "slurm" / "s") == records(tmp_path / "ref" / "s")
     jobs = "\n".join(p.read_text() for p in (tmp_path / "slurm" / "s").glob("*/job.log"))
+    waiting = tmp_path / "gate.waiting"
+    assert waiting.exists(), jobs  # the job did wait at the gate
+    assert f"this job is {case}" in log and "Requeued job" in log, log[-3000:]
     to_checkpoint = re.findall(r"checkpointed ([\d.]+) s after SIGUSR2", jobs)
     assert to_checkpoint, jobs  # the engine saved its state on the signal, before the requeue
+    resumed = stamps(jobs, "resuming from")
+    assert resumed, jobs  # the requeued job started from that checkpoint
+    got, want = records(tmp_path / "slurm" / "s"), records(tmp_path / "ref" / "s")
+    assert got == want
+    # the evidence, in order: submitit's lines (also copied to job.log) from its log, lrtransfer's from job.log
+    lines = [line.strip() for line in log.splitlines() if re.search(r"Starting with|Caught signal|Requeued job", line)]
+    lines += [line.strip() for line in jobs.splitlines() if re.search(r"\]\[lrtransfer\..*(checkpointed|resuming)", line)]
+    when = lambda line: (re.findall(r"\d\d:\d\d:\d\d,\d+", line) or [""])[0]  # noqa: E731
+    print("\n" + "\n".join(sorted(set(lines), key=when)))
+    print(f"records equal the uninterrupted run's, bit for bit: {sum(map(len, got.values()))} runs, "
+          f"final and eval losses of {', '.join(got)}")
     exited, started = stamps(log, "Exiting gracefully"), stamps(log, "Starting with JobEnvironment")
-    resumed = [t for t in stamps(jobs, "resuming from")]
     print(f"requeues: {len(exited)}; signal -> checkpoint saved: {to_checkpoint} s; exit -> next start "
           f"(SLURM): {[round(s - e, 1) for e, s in zip(exited, started[1:])]} s; start -> resumed (imports, data, "
           f"checkpoint): {[round(r - s, 1) for s, r in zip(started[1:], resumed)]} s; sweep wall {proc.wall:.0f} s, "
-          f"uninterrupted job {reference:.0f} s")
+          f"uninterrupted job {reference:.1f} s")
 
 
-def run_beside_reference(env, tmp_path, overrides, during=None):
-    """The SLURM sweep in the background (and `during`, in a thread), the uninterrupted
-    in-process reference meanwhile, with the same job config."""
+def run_beside_reference(env, tmp_path, overrides, during):
+    """The SLURM sweep in the background, with its model's gate closed; `during(gate)` in a thread,
+    which opens the gate when it returns (or fails: the job then finishes and the test fails with
+    the thread's error); the uninterrupted in-process reference meanwhile, with the same job config."""
     import threading
 
+    gate = tmp_path / "gate"
     t0 = time.monotonic()
     job = subprocess.Popen(lrtransfer_cmd() + ["sweep", *overrides, f"results_dir={tmp_path / 'slurm'}", "name=s"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if during:
-        threading.Thread(target=during, daemon=True).start()
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**env, "LRT_TEST_GATE": str(gate)})
+    errors = []
+
+    def guarded():
+        try:
+            during(gate)
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            gate.touch()
+
+    thread = threading.Thread(target=guarded, daemon=True)
+    thread.start()
     semantic = [o for o in overrides if not o.startswith("hydra")]
-    ref = sweep(env, *semantic, f"results_dir={tmp_path / 'ref'}", "name=s")
+    try:
+        ref = sweep({k: v for k, v in env.items() if k != "LRT_TEST_GATE"}, *semantic,
+                    f"results_dir={tmp_path / 'ref'}", "name=s")
+        out, err = job.communicate(timeout=1200)
+    finally:  # whatever failed, no job is left waiting
+        gate.touch()
+        job.kill()
+    thread.join(timeout=60)
+    if errors:
+        raise errors[0]
     assert ref.returncode == 0, ref.stderr
-    out, err = job.communicate(timeout=1800)
     proc = subprocess.CompletedProcess(job.args, job.returncode, out, err)
     proc.wall = time.monotonic() - t0
     (rec,) = (json.loads(p.read_text()) for p in (tmp_path / "ref" / "s").glob("*/record.json"))
@@ -271,30 +368,34 @@ def run_beside_reference(env, tmp_path, overrides, during=None):
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_slurm_time_limit_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
-    # SLURM signals about a minute before the 3-minute limit; each start costs ~30 s here (imports,
-    # data, checkpoint; more on a busy machine). 2-4 minutes of training: one requeue or more.
-    overrides = [*LONG, "train.steps=5000", *SLURM, "hydra.launcher.timeout_min=3",
-                 "hydra.launcher.signal_delay_s=60", "hydra.launcher.max_num_timeout=6"]
-    proc, reference = run_beside_reference(slurm, tmp_path, overrides)
-    check_requeued_equals_reference(tmp_path, proc, reference)
+    # A 2-minute limit, signalled 60 s before it (SLURM's timer may send it up to 30 s
+    # earlier still): the job waits at the gate until then, however fast it trains. A job
+    # so slow to start that the signal comes before it trains is requeued without a
+    # checkpoint and waits at the gate again (max_num_timeout: room for that); the gate
+    # opens once a signal has found it training, saving its checkpoint, and requeued it.
+    overrides = [*JOB, *SLURM, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=60",
+                 "hydra.launcher.max_num_timeout=6"]
+
+    def requeue_then_open(gate):
+        wait_for("checkpoint and requeue on the time limit's signal", lambda: requeued(tmp_path), 900)
+
+    proc, reference = run_beside_reference(slurm, tmp_path, overrides, requeue_then_open)
+    check_requeued_equals_reference(tmp_path, proc, reference, "timed-out")
 
 
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_slurm_preemption_requeues_and_resumes_bit_for_bit(slurm, tmp_path):
-    overrides = [*LONG, *SLURM, "hydra.launcher.timeout_min=30", "hydra.launcher.max_num_timeout=0"]
+    # A limit far away (a signal before 80% of it is a preemption): only the test's signal requeues.
+    overrides = [*JOB, *SLURM, "hydra.launcher.timeout_min=30", "hydra.launcher.max_num_timeout=0"]
 
-    def preempt():  # as an admin would: the signal submitit listens for, once the job has trained a while
-        for _ in range(600):
-            logs = list((tmp_path / "slurm" / "s").glob("*/job.log"))
-            if logs and "runs on" in logs[0].read_text():
-                time.sleep(20)
-                state = subprocess.run(["squeue", "-h", "-n", "lrtransfer", "-o", "%i"], capture_output=True,
-                                       text=True, env=slurm).stdout.split()
-                subprocess.run(["scancel", "--signal=USR2", state[0]], check=True, env=slurm)
-                return
-            time.sleep(1)
+    def preempt(gate):  # as an admin would: the signal submitit listens for, once the job is training
+        waiting = Path(f"{gate}.waiting")
+        job_id = wait_for("job waiting at the gate", lambda: waiting.exists() and waiting.read_text().split()[0], 300)
+        assert job_id != "-", "the job that waits at the gate has no SLURM_JOB_ID"
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, env=slurm, timeout=60)
+        wait_for("requeue after the preemption signal", lambda: requeued(tmp_path), 300)
 
     # max_num_timeout=0: a preemption must not count as a timeout.
-    proc, reference = run_beside_reference(slurm, tmp_path, overrides, during=preempt)
-    check_requeued_equals_reference(tmp_path, proc, reference)
+    proc, reference = run_beside_reference(slurm, tmp_path, overrides, preempt)
+    check_requeued_equals_reference(tmp_path, proc, reference, "preempted")
