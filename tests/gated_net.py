@@ -5,7 +5,7 @@
 With LRT_TEST_GATE=<path> in its environment, a job's forward waits (polling) until
 that file exists, so the job cannot finish, however fast the machine, before the
 test has done what it is testing and opened the gate. It also stops waiting once a
-stop has been requested in the process (the requeue signal: `lrtransfer.requeue`),
+stop has been requested in the process (the requeue signal: `lrtransfer.sweeps.requeue`),
 so a signalled job reaches its next check, saves its checkpoint and is requeued.
 The first time it waits it writes `<gate>.waiting` (the SLURM job id, the pid, the
 time): the test then knows the job is training, its signal handlers installed. Without LRT_TEST_GATE (the in-process
@@ -32,7 +32,7 @@ def wait_at_gate() -> None:
     gate = os.environ.get("LRT_TEST_GATE")
     if not gate or Path(gate).exists():
         return
-    from lrtransfer import stop
+    from lrtransfer.training import stop
 
     if stop.requested():  # signalled: on to the checkpoint
         return

@@ -197,7 +197,7 @@ def test_gated_model_waits_for_its_gate_or_the_signal(tmp_path, monkeypatch):
 
     import torch
 
-    from lrtransfer import stop
+    from lrtransfer.training import stop
     from tests import gated_net
 
     def took(net, x) -> float:
@@ -224,7 +224,7 @@ def test_gated_model_waits_for_its_gate_or_the_signal(tmp_path, monkeypatch):
     assert 0.4 <= took(net, x) < 10  # until the gate opens
     net(x)  # open
     gate.unlink()
-    threading.Timer(0.5, stop.request).start()  # what the requeue signal does (lrtransfer.requeue)
+    threading.Timer(0.5, stop.request).start()  # what the requeue signal does (lrtransfer.sweeps.requeue)
     assert 0.4 <= took(net, x) < 10  # until a stop is requested
 
 
