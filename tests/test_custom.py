@@ -154,11 +154,17 @@ def test_buffers_are_stacked_per_run(models):
     assert stats.shape == (4, 24) and not torch.equal(stats[0], stats[2])  # seeds 0 and 1 saw other batches
 
 
-def test_tied_weights_stay_tied(models):
-    _, net = model_of("model=custom", f"model.target={models}:tied", "model.readout=0.weight", "data=text",
-                      input_shape=(8,), output_dim=16)
-    (atom,) = list(net.atoms())
-    assert atom.kind == "embedding" and atom.role == OUTPUT and atom.tag == "readout"
+@pytest.mark.parametrize("named", [[], ["model.readout=0.weight"], ["model.readout=2.weight"]])
+def test_tied_weights_stay_tied(models, named):
+    """An embedding whose table the head reuses is one atom with an embedding's role; its
+    readout use is a tensorless atom carrying the readout's multiplier (found, or named by either name)."""
+    param, net = model_of("model=custom", f"model.target={models}:tied", *named, "data=text", "param=mup",
+                          "param.base_width=8", input_shape=(8,), output_dim=16)
+    atom, use = list(net.atoms())
+    assert atom.kind == "embedding" and atom.role == INPUT and atom.tied is use
+    assert (use.role, use.tag, use.name, list(use.trained())) == (OUTPUT, "readout", "2.weight", [])
+    assert [s.tensor for s in param.slots(net)] == [atom.weight]
+    assert (atom.weight_mult, use.weight_mult) == (1.0, 8 / 24)
     y = net(torch.randint(0, 16, (5, 8)))
     assert y.shape == (1, 5, 8, 16)
 
