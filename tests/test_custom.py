@@ -200,3 +200,24 @@ def test_inspect_shows_roles_and_warns_of_attention_under_mup(models, cli):
 def test_kwargs_reach_the_target():
     _, net = model_of("model=custom", f"model.target={EXAMPLE}:LayerNormMLP", "model.kwargs={dropout: 0.25}", "depth=4")
     assert [m.p for m in net.net.modules() if isinstance(m, torch.nn.Dropout)] == [0.25, 0.25]
+
+
+def test_buffers_are_saved_in_checkpoints(models):
+    """BatchNorm's running statistics change as it trains: a checkpoint keeps them, so an
+    ensemble resumed from one ends with the statistics of an uninterrupted one, bit for bit."""
+    built = build.job(typed(*SMALL, "model=custom", f"model.target={models}:batchnorm", "n_seeds=2"))
+    runs = RUNS[:2] + RUNS[3:5]
+    whole, half = engine.Ensemble(built, runs), engine.Ensemble(built, runs)
+    for _ in range(6):
+        whole.step()
+    for _ in range(3):
+        half.step()
+    state = half.state_dict()
+    assert "stacked.1/running_mean" in state["buffers"] and "weight_mult" not in str(list(state["buffers"]))
+    resumed = engine.Ensemble(built, runs)
+    resumed.load_state_dict(state)
+    for _ in range(3):
+        resumed.step()
+    ours, theirs = dict(resumed.model.named_buffers()), dict(whole.model.named_buffers())
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[n], theirs[n]) for n in ours)
+    assert not torch.equal(theirs["stacked.1/running_mean"], engine.Ensemble(built, runs).model.stacked.get_buffer("1/running_mean"))
