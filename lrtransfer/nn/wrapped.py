@@ -115,6 +115,7 @@ class Custom(Module):
         self.attention_scale, self.scaled_modules = attention_scale, list(scaled_modules)
         self.sdpa_calls = 0  # scaled_dot_product_attention calls rescaled (counted by AttentionScale)
         self.own_loss = False  # what the forward returns holds a loss of the module's own, ignored
+        self.told = False  # and that was said (once a job)
         with contextlib.suppress(TypeError, ValueError):
             self.takes_targets = "targets" in inspect.signature(net.forward).parameters
         params = dict(net.named_parameters(remove_duplicate=False))
@@ -210,8 +211,8 @@ class Custom(Module):
                 self.batched = False
                 warn(f"model.target={self.target}: vmap cannot run it (it stops at {stopped_at(e)}); "
                      f"its {self.runs} runs go one at a time")
-        if self.own_loss and self.target not in _told:
-            _told.add(self.target)
+        if self.own_loss and not self.told:
+            self.told = True
             warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
         self._check(y, x, shared)
         return y
@@ -279,9 +280,6 @@ class Custom(Module):
                           "(muP's zero query is not applied)"]
         return out + [f"warning: {', '.join(self.attention[:3])} computes attention: {rule} cannot be applied "
                       "from outside the module (it keeps its own scale)"]
-
-
-_told: set[str] = set()  # targets whose own loss was said to be ignored, once a process
 
 
 def stopped_at(e: Exception) -> str:

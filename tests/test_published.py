@@ -1,0 +1,251 @@
+"""Published models as researchers have them, with no factory file: nanoGPT's GPT(config) (its
+interface written here from a short definition), transformers' GPT2LMHeadModel and
+LlamaForCausalLM from tiny local configs (skipped without transformers), each at two small
+widths: roles, batched = one run at a time in float64, and a short sweep under standard and mup.
+torchvision's resnet18 is in tests/test_torchvision.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from lrtransfer.options.schema import ConfigError
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
+from tests.conftest import typed
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built here
+
+# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config), forward(idx, targets)
+# -> (logits, loss) with every position's logits only when given targets, wte tied to lm_head,
+# attention through scaled_dot_product_attention at its default scale.
+NANOGPT = '''
+import math
+from dataclasses import dataclass
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                torch.nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        else:
+            logits = self.lm_head(x[:, [-1], :])
+            loss = None
+        return logits, loss
+'''
+
+NO_DROPOUT = "resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0"
+FAMILIES = {
+    "nanogpt": ["model.target={path}:GPT", "model.config={path}:GPTConfig", "model.width_key=n_embd",
+                "model.depth_key=n_layer", "model.config_kwargs={{n_head: 2}}"],
+    "gpt2": ["model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+             "model.width_key=n_embd", "model.depth_key=n_layer", f"model.config_kwargs={{{{n_head: 2, {NO_DROPOUT}}}}}"],
+    # Llama's MLP is intermediate_size wide: it grows with the width too (else its projections
+    # would read as readouts), twice the width here
+    "llama": ["model.target=transformers:LlamaForCausalLM", "model.config=transformers:LlamaConfig",
+              "model.width_key={{hidden_size: 1, intermediate_size: 2}}", "model.depth_key=num_hidden_layers",
+              "model.config_kwargs={{num_attention_heads: 2, num_key_value_heads: 2}}"],
+}
+SMALL = ["data=text", "data.seq_len=8", "data.eval_size=4", "train.batch_size=2", "depth=1", "engine.device=cpu",
+         "engine.progress=false"]
+
+
+@pytest.fixture(params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    """(name, the overrides that build it as model=custom)."""
+    name = request.param
+    if name != "nanogpt":
+        pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    path = tmp_path_factory.getbasetemp() / "nanogpt_model.py"
+    if not path.exists():
+        path.write_text(NANOGPT)
+    return name, ["model=custom", *(o.format(path=path) for o in FAMILIES[name])]
+
+
+def rows(cli, over, *more):
+    code, out, err = cli("inspect", *over, *SMALL, *more, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_roles_in_inspect(family, cli):
+    """The token table is an input (tied to the readout where the family ties it: one row, one init,
+    one LR, the readout's 1/m on its readout use only), the attention and MLP matrices hidden
+    (transformers' Conv1D included), and the readout found without naming it."""
+    name, over = family
+    doc = rows(cli, over, "param=mup", "param.base_width=16", "width=32")
+    roles = {r["name"]: r["role"] for r in doc["tensors"] if len(r["shape"]) == 2}
+    table, head = {"nanogpt": ("transformer.wte.weight", "lm_head.weight"),
+                   "gpt2": ("transformer.wte.weight", "lm_head.weight"),
+                   "llama": ("model.embed_tokens.weight", "lm_head.weight")}[name]
+    if name == "llama":  # untied: its own readout
+        assert roles.pop(table) == "input" and roles.pop(head) == "output (readout)"
+    else:
+        assert roles.pop(table) == f"input (tied readout {head})" and head not in roles
+        tied = next(r for r in doc["tensors"] if r["name"] == table)
+        assert (tied["forward_mult"], tied["readout_mult"], tied["lr_mult"]) == (1.0, 0.5, 1.0)
+        assert any("tied to the readout" in n for n in doc["notes"])
+    if name != "llama":  # learned positions (Llama's are rotary: a buffer)
+        assert roles.pop(next(n for n in roles if "wpe" in n)) == "input"
+    assert roles and set(roles.values()) == {"hidden"}, roles
+    hidden = [r for r in doc["tensors"] if r["role"] == "hidden"]
+    assert {r["lr_mult"] for r in hidden} == {0.5}  # Adam: 1/m at twice the base width
+
+
+def test_attention_scale_reaches_inside(family, cli):
+    """muP's 1/d: through transformers' `scaling` (GPT-2, Llama) or nanoGPT's default-scale SDPA calls."""
+    name, over = family
+    notes = " ".join(rows(cli, over, "param=mup", "param.base_width=16", "width=32")["notes"])
+    assert "muP's 1/d attention scale applied through" in notes and "warning" not in notes
+    assert "attention" not in " ".join(rows(cli, over, "param=standard", "width=32").get("notes", []))
+    param, net = model_of(over, "param=mup", "param.base_width=16", "width=32")
+    exposed = [m for m in net.net.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
+    assert ("`scaling` of 1 attention modules" if exposed else "scaled_dot_product_attention calls") in notes
+    for attn in exposed:
+        assert attn.head_dim == 16 and attn.scaling == pytest.approx(math.sqrt(8) / 16)  # sqrt(d_base) / d
+    if name == "nanogpt":  # what scaled_dot_product_attention is called with, seen from outside
+        param.initialize(net, [0])
+        with Recorder() as seen:
+            net(torch.randint(0, 20, (2, 8)))
+        assert seen.scales == [pytest.approx(math.sqrt(8) / 16)]
+
+
+class Recorder(TorchFunctionMode):
+    def __enter__(self):
+        self.scales = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.scales.append((kwargs or {}).get("scale"))
+        return func(*args, **(kwargs or {}))
+
+
+def model_of(over, *more):
+    cfg = typed(*over, *SMALL, *more)
+    param = build.parameterization(cfg)
+    return param, build.model(cfg, param, runs=1, input_shape=(8,), output_dim=20)
+
+
+def test_batched_equals_one_at_a_time(family):
+    """float64, two seeds x two LRs, under mup (every multiplier and the attention scale in play)."""
+    name, over = family
+    cfg = [*over, *SMALL, "width=16", "param=mup", "param.base_width=8", "train.dtype=float64", "train.steps=3"]
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
+    batched = engine.train(build.job(typed(*cfg)), runs)
+    alone = engine.train(build.job(typed(*cfg, "engine.batched=false")), runs)
+    for a, b in zip(batched, alone, strict=True):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-10)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-10)
+    assert batched[0].history_loss != batched[1].history_loss  # the LRs did differ
+
+
+def test_a_short_sweep_under_standard_and_mup(family, cli, tmp_path):
+    name, over = family
+    code, _, err = cli("sweep", *over, *SMALL, "width=16,32", "param=standard,mup", "train.steps=4", "lr.log2_min=-8", "lr.log2_max=-7", f"results_dir={tmp_path}",
+                       "name=published")
+    assert code == 0, err
+    records = [json.loads(p.read_text()) for p in (tmp_path / "published").glob("*/record.json")]
+    assert len(records) == 4 and all(len(r["runs"]) == 2 for r in records)
+    assert all(run["final_loss"] is not None for r in records for run in r["runs"])
+    if name == "nanogpt":
+        assert "returns a loss of its own: it is ignored" in err
+
+
+def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
+    _, over = family
+    code, out, err = cli("sweep", *over, *SMALL, "width=15", "train.steps=2", f"results_dir={tmp_path}")
+    assert code == 2 and not list(tmp_path.rglob("record.json"))
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "width=15" in line and "is not divisible by" in line and "2" in line
+
+
+def test_a_vocabulary_smaller_than_the_datas_is_one_line(tmp_path):
+    pytest.importorskip("transformers")
+    over = ["model=custom", "model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+            "model.width_key=n_embd", "model.config_kwargs={n_head: 2, vocab_size: 10}"]
+    with pytest.raises(ConfigError, match=r"vocab_size=10 is smaller than the data's vocabulary \(20\)"):
+        model_of(over, "width=16")
