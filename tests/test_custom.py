@@ -133,7 +133,7 @@ def models(tmp_path):
 def test_a_module_vmap_cannot_run_goes_one_run_at_a_time(models, capsys):
     over = ["model=custom", f"model.target={models}:Branchy", "n_seeds=2"]
     batched = train(*over)
-    assert "vmap cannot run it" in capsys.readouterr().err
+    assert "vmap cannot run it (it stops at .item() (a tensor read as a Python number))" in capsys.readouterr().err
     same(batched, train(*over, "engine.batched=false"), rel=1e-9)
 
 

@@ -249,3 +249,50 @@ def test_a_vocabulary_smaller_than_the_datas_is_one_line(tmp_path):
             "model.width_key=n_embd", "model.config_kwargs={n_head: 2, vocab_size: 10}"]
     with pytest.raises(ConfigError, match=r"vocab_size=10 is smaller than the data's vocabulary \(20\)"):
         model_of(over, "width=16")
+
+
+OUTPUTS = """
+from types import SimpleNamespace
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, width, input_shape, output_dim, form="tensor"):
+        super().__init__()
+        self.a, self.b, self.form = nn.Linear(input_shape[0], width), nn.Linear(width, output_dim), form
+
+    def forward(self, x):
+        y = self.b(torch.relu(self.a(x)))
+        if self.form == "tuple":
+            return y, y.sum()
+        if self.form == "dict":
+            return {"loss": None, "logits": y}
+        if self.form == "object":
+            return SimpleNamespace(scores=y, hidden=x)
+        return y
+"""
+
+
+@pytest.mark.parametrize("form, output", [("tuple", ""), ("dict", ""), ("object", "scores"), ("tuple", "0")])
+def test_logits_as_they_come(tmp_path, capsys, form, output):
+    """A tuple's first element, a dict's logits, a named attribute: the same training as a tensor."""
+    (tmp_path / "outputs.py").write_text(OUTPUTS)
+    over = ["model=custom", f"model.target={tmp_path / 'outputs.py'}:Net", "width=8", "train.steps=5",
+            "train.batch_size=4", "data.eval_size=8", "engine.device=cpu", "train.dtype=float64"]
+    runs = [Run(log2_lr=e, seed=0) for e in (-8, -5)]
+    plain = engine.train(build.job(typed(*over)), runs)
+    shaped = engine.train(build.job(typed(*over, f"model.kwargs={{form: {form}}}", f"model.output={output}")), runs)
+    assert [r.history_loss for r in shaped] == [r.history_loss for r in plain]
+    assert ("returns a loss of its own: it is ignored" in capsys.readouterr().err) == (form == "tuple")
+
+
+def test_logits_that_cannot_be_found_are_one_line(tmp_path):
+    (tmp_path / "outputs.py").write_text(OUTPUTS)
+    over = ["model=custom", f"model.target={tmp_path / 'outputs.py'}:Net", "width=8", "model.kwargs={form: object}",
+            "engine.device=cpu"]
+    with pytest.raises(ConfigError, match=r"returns a SimpleNamespace with scores, hidden: say where its logits are "
+                                          r"with model.output=NAME"):
+        engine.train(build.job(typed(*over)), [Run(log2_lr=-8, seed=0)])
+    with pytest.raises(ConfigError, match=r"model.output=logits: .* returns a SimpleNamespace with scores, hidden, "
+                                          r"which has no 'logits'"):
+        engine.train(build.job(typed(*over, "model.output=logits")), [Run(log2_lr=-8, seed=0)])

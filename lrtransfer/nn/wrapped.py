@@ -164,6 +164,7 @@ class Custom(Module):
     def logits_of(self, out):
         """The logits in what the forward returned: `model.output` names an attribute, key or index;
         else a tensor, an output object's or dict's `logits`, or a tuple's first element."""
+        self.own_loss = self.own_loss or _holds_loss(out)
         if self.output:
             key = int(self.output) if self.output.lstrip("-").isdigit() else self.output
             try:
@@ -176,10 +177,8 @@ class Custom(Module):
         found = None
         if isinstance(out, dict) or hasattr(out, "logits"):
             found = out["logits"] if isinstance(out, dict) and "logits" in out else getattr(out, "logits", None)
-            self.own_loss = self.own_loss or (out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)) is not None
         elif isinstance(out, (tuple, list)) and out:
             found = out[0]
-            self.own_loss = self.own_loss or len(out) > 1
         if not isinstance(found, Tensor):
             raise ConfigError(f"model.target={self.target} returns {_describe(out)}: say where its logits are "
                               "with model.output=NAME (an attribute or key) or model.output=INDEX")
@@ -295,6 +294,15 @@ def stopped_at(e: Exception) -> str:
         if needle in text:
             return what
     return text[:160]
+
+
+def _holds_loss(out) -> bool:
+    """Whether a forward's output carries a loss of its own: a `loss` that is not None, or a scalar
+    tensor after a tuple's first element (nanoGPT's (logits, loss))."""
+    if isinstance(out, (tuple, list)):
+        return any(isinstance(v, Tensor) and v.dim() == 0 for v in out[1:])
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    return loss is not None
 
 
 def _describe(out) -> str:
