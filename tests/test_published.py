@@ -210,17 +210,24 @@ def model_of(over, *more):
     return param, build.model(cfg, param, runs=1, input_shape=(8,), output_dim=20)
 
 
-def test_batched_equals_one_at_a_time(family):
-    """float64, two seeds x two LRs, under mup (every multiplier and the attention scale in play)."""
-    name, over = family
-    cfg = [*over, *SMALL, "width=16", "param=mup", "param.base_width=8", "train.dtype=float64", "train.steps=3"]
-    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
-    batched = engine.train(build.job(typed(*cfg)), runs)
-    alone = engine.train(build.job(typed(*cfg, "engine.batched=false")), runs)
+TWO_BY_TWO = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
+
+
+def batched_equals_alone(*cfg) -> None:
+    """Two seeds x two LRs trained batched and one run at a time: the same losses (float64, 1e-10)."""
+    cfg = [*cfg, "train.dtype=float64", "train.steps=3"]
+    batched = engine.train(build.job(typed(*cfg)), TWO_BY_TWO)
+    alone = engine.train(build.job(typed(*cfg, "engine.batched=false")), TWO_BY_TWO)
     for a, b in zip(batched, alone, strict=True):
         assert a.history_loss == pytest.approx(b.history_loss, rel=1e-10)
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-10)
     assert batched[0].history_loss != batched[1].history_loss  # the LRs did differ
+
+
+def test_batched_equals_one_at_a_time(family):
+    """Under mup: every multiplier and the attention scale in play."""
+    name, over = family
+    batched_equals_alone(*over, *SMALL, "width=16", "param=mup", "param.base_width=8")
 
 
 def test_a_short_sweep_under_standard_and_mup(family, cli, tmp_path):

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
 from tests.conftest import typed
 from tests.datafiles import write_cifar
+from tests.test_published import TWO_BY_TWO, batched_equals_alone
 
 try:
     import torchvision  # noqa: F401
@@ -69,14 +69,9 @@ def test_roles_in_inspect(over, cli):
 
 
 def test_batched_equals_one_at_a_time_with_batchnorm_per_run(over):
-    cfg = [*over, "width=8", "param=mup", "param.base_width=4", "train.dtype=float64", "train.steps=3"]
-    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
-    batched = engine.train(build.job(typed(*cfg)), runs)
-    alone = engine.train(build.job(typed(*cfg, "engine.batched=false")), runs)
-    for a, b in zip(batched, alone, strict=True):
-        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-10)
-        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-10)
-    ens = engine.Ensemble(build.job(typed(*cfg)), runs)
+    cfg = [*over, "width=8", "param=mup", "param.base_width=4"]
+    batched_equals_alone(*cfg)
+    ens = engine.Ensemble(build.job(typed(*cfg)), TWO_BY_TWO)
     ens.step()
     stats = ens.model.stacked.get_buffer("bn1/running_mean")  # (K, channels)
     assert stats.shape == (4, 8) and not torch.equal(stats[0], stats[2])  # seeds 0 and 1 saw other batches
