@@ -250,12 +250,38 @@ def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
     assert "width=15" in line and "is not divisible by" in line and "2" in line
 
 
-def test_a_vocabulary_smaller_than_the_datas_is_one_line(tmp_path):
+@pytest.mark.parametrize("given, line", [("vocab_size: 10", r"vocab_size=10 is smaller than the data's vocabulary \(20\)"),
+                                         ("n_positions: 4", r"n_positions=4 is smaller than the data's context length \(8\)")])
+def test_a_vocabulary_or_context_smaller_than_the_datas_is_one_line(given, line):
     pytest.importorskip("transformers")
     over = ["model=custom", "model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
-            "model.width_key=n_embd", "model.config_kwargs={n_head: 2, vocab_size: 10}"]
-    with pytest.raises(ConfigError, match=r"vocab_size=10 is smaller than the data's vocabulary \(20\)"):
+            "model.width_key=n_embd", f"model.config_kwargs={{n_head: 2, {given}}}"]
+    with pytest.raises(ConfigError, match=line):
         model_of(over, "width=16")
+
+
+KEYWORDS = """
+from torch import nn
+
+def net(hidden, blocks, input_shape, output_dim, sizes=None):
+    w = sizes[0] if sizes else hidden  # a channel list, where given
+    layers = [nn.Linear(input_shape[0], w), nn.ReLU()]
+    for _ in range(blocks):
+        layers += [nn.Linear(w, w), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(w, output_dim))
+"""
+
+
+@pytest.mark.parametrize("width_key, factor", [("hidden", 1), ("{hidden: 2}", 2), ("{hidden: 1, sizes: [3]}", 3)])
+def test_width_and_depth_as_keyword_arguments(tmp_path, width_key, factor):
+    """No config class: the width and depth go to the target under the names it takes them by
+    (a multiple of the width, or a list of multiples, where the mapping says so)."""
+    (tmp_path / "keywords.py").write_text(KEYWORDS)
+    _, net = model_of(["model=custom", f"model.target={tmp_path / 'keywords.py'}:net", f"model.width_key={width_key}",
+                       "model.depth_key=blocks", "data=teacher"], "width=8", "depth=2")
+    fans = [(a.fan_in, a.fan_out, a.role) for a in net.atoms()]
+    w = 8 * factor
+    assert fans == [(8, w, "input"), (w, w, "hidden"), (w, w, "hidden"), (w, 20, "output")]
 
 
 OUTPUTS = """
