@@ -329,3 +329,16 @@ def test_logits_that_cannot_be_found_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"model.output=logits: .* returns a SimpleNamespace with scores, hidden, "
                                           r"which has no 'logits'"):
         engine.train(build.job(typed(*over, "model.output=logits")), [Run(log2_lr=-8, seed=0)])
+
+
+def test_a_transformers_config_gets_no_cache_and_no_token_ids_past_the_vocabulary():
+    """The data's 20 tokens replace GPT-2's 50257: its bos/eos id 50256 would name no token (and
+    transformers warns of it at every build); a key/value cache serves generation, not training."""
+    pytest.importorskip("transformers")
+    over = ["model=custom", "model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+            "model.width_key=n_embd", "model.config_kwargs={n_head: 2}"]
+    config = model_of(over, "width=16")[1].net.config
+    assert (config.vocab_size, config.n_positions, config.use_cache) == (20, 8, False)
+    assert config.bos_token_id is None and config.eos_token_id is None
+    kept = model_of([*over[:-1], "model.config_kwargs={n_head: 2, use_cache: true, eos_token_id: 3}"], "width=16")
+    assert (kept[1].net.config.use_cache, kept[1].net.config.eos_token_id) == (True, 3)

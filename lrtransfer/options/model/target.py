@@ -33,6 +33,7 @@ ARGUMENTS = ("width", "depth", "input_shape", "output_dim")  # what a factory ma
 VOCAB_KEYS = ("vocab_size",)
 CONTEXT_KEYS = ("block_size", "n_positions", "max_position_embeddings", "n_ctx")
 HEAD_KEYS = ("n_head", "num_attention_heads", "num_heads", "n_heads")
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")  # ids a transformers config checks against its vocabulary
 
 
 # ---------------------------------------------------------------- importing
@@ -199,8 +200,14 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
     if unknown:
         raise ConfigError(f"model.config={options.config} has no field {unknown[0]}; "
                           f"its fields: {', '.join(sorted(fields))}")
-    if fields is None and hasattr(_defaults(cls), "use_cache") and "use_cache" not in given:
+    default = _defaults(cls)
+    if hasattr(default, "use_cache") and "use_cache" not in given:
         values["use_cache"] = False  # no key/value cache: training reads every position once
+    if "vocab_size" in values and "vocab_size" not in given:
+        # the data's vocabulary replaced the config's: a special token's id past it names no token
+        for key in SPECIAL_TOKENS:
+            if key not in given and isinstance(getattr(default, key, None), int) and getattr(default, key) >= values["vocab_size"]:
+                values[key] = None
     try:
         return cls(**values)
     except Exception as e:
