@@ -14,7 +14,7 @@ start=$(date +%s)
 $LRT sweep model=custom model.target=transformers:GPT2LMHeadModel \
   model.config=transformers:GPT2Config model.width_key=n_embd model.depth_key=n_layer \
   model.config_kwargs='{n_head: 4, activation_function: gelu_pytorch_tanh, resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0}' \
-  data=text data.seq_len=64 data.eval_size=128 depth=2 width=32,64,128 \
+  data=text data.seq_len=64 data.eval_size=128 depth=2 width=32,64,128,256 \
   param=standard,mup seed=0,1,2 train.steps=200 train.batch_size=16 \
   lr.log2_min=-11 lr.log2_max=-4 engine.threads=1 hydra/launcher=parallel hydra.launcher.n_jobs=2 \
   name=gpt2_width results_dir="$RESULTS" "$@"
