@@ -12,10 +12,12 @@ the two packages with --no-deps (`pip install mup` would pull torchvision, which
 replaces a CPU torch with a CUDA build) and their pure-Python needs (pyyaml, numpy),
 checks torch's version, and runs itself inside it.
 
-mup.json, per model and width (64, 256, 1024; base width 64), per parameter in
+mup.json, per model and width (64, 256, 1024, or the model's own; base width 64), per parameter in
 forward order: its init std (seed 0: the model is built right after
 torch.manual_seed(0), so its draws are PyTorch's, in the order lrtransfer draws
-them), its forward multiplier (MuReadout's output_mult / width_mult; 1 elsewhere),
+them), its forward multiplier (MuReadout's output_mult / width_mult; 1 elsewhere; for an
+embedding shared with a MuSharedReadout, 1, with the readout's multiplier as
+`readout_mult`),
 its LR multiplier in MuAdam's and MuSGD's parameter groups, and one MuAdam and one
 MuSGD (momentum 0.9) step from the same weights with the fixed gradient
 randn(numel, seed 1000 + i): the step's RMS and its dot product with the gradient
@@ -69,8 +71,9 @@ def run_in_scratch_env(venv: Path) -> None:
 
 # ---------------------------------------------------------------- mup
 def mup_models():
-    """name -> (builder(width) -> nn.Module in lrtransfer's forward order, lrtransfer overrides, input_shape, output_dim)."""
-    from mup import MuReadout
+    """name -> (builder(width) -> nn.Module in lrtransfer's forward order, lrtransfer overrides, input_shape,
+    output_dim[, widths])."""
+    from mup import MuReadout, MuSharedReadout
     from torch import nn
 
     def mlp(readout_zero_init):
@@ -90,11 +93,41 @@ def mup_models():
         layers += [nn.LayerNorm(w), MuReadout(w, vocab, readout_zero_init=True)]
         return nn.Sequential(*layers)
 
+    class Attention(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.c_attn, self.c_proj = nn.Linear(w, 3 * w), nn.Linear(w, w)
+
+    class MLP(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.c_fc, self.c_proj = nn.Linear(w, 4 * w), nn.Linear(4 * w, w)
+
+    class Block(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(w), Attention(w), nn.LayerNorm(w), MLP(w)
+
+    class GPT(nn.Module):
+        """nanoGPT's parameters (tests/test_published.py's GPT: names, shapes, the tie), the head a
+        MuSharedReadout of the token table, as mup's own Transformer example ties it."""
+
+        def __init__(self, w, vocab=40, context=16, layers=1):
+            super().__init__()
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(vocab, w), wpe=nn.Embedding(context, w),
+                h=nn.ModuleList([Block(w) for _ in range(layers)]), ln_f=nn.LayerNorm(w)))
+            self.lm_head = MuSharedReadout(self.transformer.wte.weight, bias=False)
+
+    nanogpt = ["model=custom", "model.target={nanogpt}:GPT", "model.config={nanogpt}:GPTConfig",
+               "model.width_key=n_embd", "model.depth_key=n_layer", "model.config_kwargs={n_head: 4}", "depth=1"]
     return {
         "mlp": (mlp(True), ["model=mlp", "depth=3"], [32], 10),
         "mlp_readout_init": (mlp(False), ["model=mlp", "depth=3", "param.readout_zero_init=false"], [32], 10),
         "cnn": (cnn, ["model=cnn", "depth=2", "model.pool=0"], [3, 8, 8], 10),
         "transformer": (transformer, ["model=transformer", "depth=1"], [16], 40),
+        # "{nanogpt}": the test writes its nanoGPT file and puts its path there
+        "nanogpt_tied": (GPT, nanogpt, [16], 40, (64, 256)),
     }
 
 
@@ -125,13 +158,13 @@ def one_step(make_opt, model, grads):
 
 def mup_reference() -> dict:
     import torch
-    from mup import MuAdam, MuReadout, MuSGD, set_base_shapes
+    from mup import MuAdam, MuReadout, MuSGD, MuSharedReadout, set_base_shapes
 
     doc = {"package": "mup 1.0.0", "torch": torch.__version__, "base_width": BASE, "adam_lr": ADAM_LR,
            "sgd_lr": SGD_LR, "sgd_momentum": SGD_MOMENTUM, "models": {}}
-    for name, (build, overrides, input_shape, output_dim) in mup_models().items():
+    for name, (build, overrides, input_shape, output_dim, *widths) in mup_models().items():
         per_width = {}
-        for width in WIDTHS:
+        for width in (widths[0] if widths else WIDTHS):
             base, delta = build(BASE), build(2 * BASE)  # built first: the model's draws come right after the seed
             torch.manual_seed(0)
             model = build(width)
@@ -141,6 +174,7 @@ def mup_reference() -> dict:
             params = list(model.parameters())
             readout_mult = {id(m.weight): m.output_mult / m.width_mult() for m in model.modules()
                             if isinstance(m, MuReadout)}
+            shared = {id(m.weight) for m in model.modules() if isinstance(m, MuSharedReadout)}
             grads = [torch.randn(p.numel(), generator=torch.Generator().manual_seed(1000 + i)).view(p.shape)
                      for i, p in enumerate(params)]
             adam = lr_mults(MuAdam(params, lr=ADAM_LR), params, ADAM_LR)
@@ -149,10 +183,12 @@ def mup_reference() -> dict:
             sgd_step = one_step(lambda ps: MuSGD(ps, lr=SGD_LR, momentum=SGD_MOMENTUM), model, grads)
             rows = []
             for i, (pname, p) in enumerate(model.named_parameters()):
+                tied = {"readout_mult": readout_mult[id(p)]} if id(p) in shared else {}
                 rows.append({
                     "name": pname, "shape": list(p.shape),
                     "init_std": float(p.detach().double().std()) if p.numel() > 1 else 0.0,
-                    "forward_mult": readout_mult.get(id(p), 1.0),
+                    # a shared table: the embedding reads it as it is, the readout times its multiplier
+                    "forward_mult": 1.0 if tied else readout_mult.get(id(p), 1.0), **tied,
                     "adam_lr_mult": adam[i], "sgd_lr_mult": sgd[i],
                     "adam_step_rms": adam_step[i][0], "adam_step_dot": adam_step[i][1],
                     "sgd_step_rms": sgd_step[i][0], "sgd_step_dot": sgd_step[i][1],

@@ -133,7 +133,7 @@ def models(tmp_path):
 def test_a_module_vmap_cannot_run_goes_one_run_at_a_time(models, capsys):
     over = ["model=custom", f"model.target={models}:Branchy", "n_seeds=2"]
     batched = train(*over)
-    assert "vmap cannot run it" in capsys.readouterr().err
+    assert "vmap cannot run it (it stops at .item() (a tensor read as a Python number))" in capsys.readouterr().err
     same(batched, train(*over, "engine.batched=false"), rel=1e-9)
 
 
@@ -154,11 +154,17 @@ def test_buffers_are_stacked_per_run(models):
     assert stats.shape == (4, 24) and not torch.equal(stats[0], stats[2])  # seeds 0 and 1 saw other batches
 
 
-def test_tied_weights_stay_tied(models):
-    _, net = model_of("model=custom", f"model.target={models}:tied", "model.readout=0.weight", "data=text",
-                      input_shape=(8,), output_dim=16)
-    (atom,) = list(net.atoms())
-    assert atom.kind == "embedding" and atom.role == OUTPUT and atom.tag == "readout"
+@pytest.mark.parametrize("named", [[], ["model.readout=0.weight"], ["model.readout=2.weight"]])
+def test_tied_weights_stay_tied(models, named):
+    """An embedding whose table the head reuses is one atom with an embedding's role; its
+    readout use is a tensorless atom carrying the readout's multiplier (found, or named by either name)."""
+    param, net = model_of("model=custom", f"model.target={models}:tied", *named, "data=text", "param=mup",
+                          "param.base_width=8", input_shape=(8,), output_dim=16)
+    atom, use = list(net.atoms())
+    assert atom.kind == "embedding" and atom.role == INPUT and atom.tied is use
+    assert (use.role, use.tag, use.name, list(use.trained())) == (OUTPUT, "readout", "2.weight", [])
+    assert [s.tensor for s in param.slots(net)] == [atom.weight]
+    assert (atom.weight_mult, use.weight_mult) == (1.0, 8 / 24)
     y = net(torch.randint(0, 16, (5, 8)))
     assert y.shape == (1, 5, 8, 16)
 
@@ -194,3 +200,24 @@ def test_inspect_shows_roles_and_warns_of_attention_under_mup(models, cli):
 def test_kwargs_reach_the_target():
     _, net = model_of("model=custom", f"model.target={EXAMPLE}:LayerNormMLP", "model.kwargs={dropout: 0.25}", "depth=4")
     assert [m.p for m in net.net.modules() if isinstance(m, torch.nn.Dropout)] == [0.25, 0.25]
+
+
+def test_buffers_are_saved_in_checkpoints(models):
+    """BatchNorm's running statistics change as it trains: a checkpoint keeps them, so an
+    ensemble resumed from one ends with the statistics of an uninterrupted one, bit for bit."""
+    built = build.job(typed(*SMALL, "model=custom", f"model.target={models}:batchnorm", "n_seeds=2"))
+    runs = RUNS[:2] + RUNS[3:5]
+    whole, half = engine.Ensemble(built, runs), engine.Ensemble(built, runs)
+    for _ in range(6):
+        whole.step()
+    for _ in range(3):
+        half.step()
+    state = half.state_dict()
+    assert "stacked.1/running_mean" in state["buffers"] and "weight_mult" not in str(list(state["buffers"]))
+    resumed = engine.Ensemble(built, runs)
+    resumed.load_state_dict(state)
+    for _ in range(3):
+        resumed.step()
+    ours, theirs = dict(resumed.model.named_buffers()), dict(whole.model.named_buffers())
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[n], theirs[n]) for n in ours)
+    assert not torch.equal(theirs["stacked.1/running_mean"], engine.Ensemble(built, runs).model.stacked.get_buffer("1/running_mean"))

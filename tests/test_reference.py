@@ -22,13 +22,25 @@ from tests.conftest import typed
 REFERENCE = Path(__file__).parent / "reference"
 MUP = json.loads((REFERENCE / "mup.json").read_text())
 MODULA = json.loads((REFERENCE / "modula.json").read_text())
-DATA = {"model=cnn": "data=cifar10", "model=transformer": "data=text"}  # data of the model's kind (not loaded)
+DATA = {"model=cnn": "data=cifar10", "model=transformer": "data=text",
+        "model=custom": "data=text"}  # data of the model's kind (not loaded)
 CPU = ["engine.device=cpu"]
 
 
-def mup_cfg(model: dict, width: str, optim: str):
-    data = [DATA[o] for o in model["overrides"] if o in DATA]
-    cfg = typed(*CPU, *model["overrides"], *data, "param=mup", f"width={width}",
+@pytest.fixture(scope="module")
+def nanogpt(tmp_path_factory) -> str:
+    """The nanoGPT model file that the fixture's `{nanogpt}` stands for (tests/test_published.py's)."""
+    from tests.test_published import NANOGPT
+
+    path = tmp_path_factory.mktemp("reference") / "nanogpt_model.py"
+    path.write_text(NANOGPT)
+    return str(path)
+
+
+def mup_cfg(model: dict, width: str, optim: str, nanogpt: str):
+    overrides = [o.replace("{nanogpt}", nanogpt) for o in model["overrides"]]
+    data = [DATA[o] for o in overrides if o in DATA]
+    cfg = typed(*CPU, *overrides, *data, "param=mup", f"width={width}",
                 f"param.base_width={MUP['base_width']}", f"optim={optim}")
     assert optim == "adam" or cfg.optim.momentum == MUP["sgd_momentum"]
     return cfg
@@ -51,14 +63,15 @@ CASES = [(name, width) for name, m in MUP["models"].items() for width in m["widt
 
 
 @pytest.mark.parametrize("name, width", CASES)
-def test_mup_tensor_by_tensor(name, width):
+def test_mup_tensor_by_tensor(name, width, nanogpt):
     """Init std (within 2%: the draws are PyTorch's, so they agree to float precision),
-    forward multiplier, Adam and SGD LR multipliers, and one Adam and one SGD step."""
+    forward multiplier (a table tied to the readout: 1, and the readout's on its readout use,
+    as MuSharedReadout), Adam and SGD LR multipliers, and one Adam and one SGD step."""
     model = MUP["models"][name]
     ref = model["widths"][width]
     shape = (tuple(model["input_shape"]), model["output_dim"])
     for optim, lr in (("adam", MUP["adam_lr"]), ("sgd", MUP["sgd_lr"])):
-        cfg = mup_cfg(model, width, optim)
+        cfg = mup_cfg(model, width, optim, nanogpt)
         rows = tensors(cfg, *shape)
         assert len(rows) == len(ref)
         steps = one_step(cfg, model, lr)
@@ -67,6 +80,9 @@ def test_mup_tensor_by_tensor(name, width):
             assert torch.Size(ours["shape"]).numel() == torch.Size(theirs["shape"]).numel(), where
             assert ours["init_std"] == pytest.approx(theirs["init_std"], rel=0.02, abs=1e-12), where
             assert ours["forward_mult"] == pytest.approx(theirs["forward_mult"], rel=1e-12), where
+            assert (ours["readout_mult"] is None) == ("readout_mult" not in theirs), where
+            if ours["readout_mult"] is not None:
+                assert ours["readout_mult"] == pytest.approx(theirs["readout_mult"], rel=1e-12), where
             assert ours["lr_mult"] == pytest.approx(theirs[f"{optim}_lr_mult"], rel=1e-12), where
             assert rms == pytest.approx(theirs[f"{optim}_step_rms"], rel=1e-5), where
             assert dot == pytest.approx(theirs[f"{optim}_step_dot"], rel=1e-5), where

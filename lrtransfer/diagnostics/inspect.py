@@ -49,15 +49,18 @@ def _rows(param, model) -> list[dict]:
     rows = []
     for slot in param.slots(model):
         atom, t = slot.atom, slot.tensor.detach()[0]  # (...): the one run's tensor, in storage shape
+        tied = atom.tied is not None and slot.name == "weight"
         rows.append({
             "name": names[id(slot.tensor)],
             "shape": list(t.shape),
             "role": (atom.role if slot.name in ("weight", "tensor") else VECTOR)
-            + (" (readout)" if atom.tag == "readout" and slot.name == "weight" else ""),
+            + (" (readout)" if atom.tag == "readout" and slot.name == "weight" else "")
+            + (f" (tied readout {atom.tied.name})" if tied else ""),
             "init_std": float(t.double().std()) if t.numel() > 1 else 0.0,
             "forward_mult": float(atom.weight_mult if slot.name == "weight" else
                                   atom.bias_mult if slot.name == "bias" else 1.0),
             "lr_mult": float(slot.lr_mult),
+            "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,
             "target_norm": param.target_norm(slot),
@@ -74,7 +77,11 @@ def inspect(cfg: Config) -> dict:
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
     doc = {"config": config_dict(cfg), "tensors": _rows(param, model)}
-    notes = model.notes(param) if hasattr(model, "notes") else []  # what the rules cannot reach (model=custom)
+    notes = []
+    if hasattr(model, "notes"):  # model=custom: what the rules do unseen, and what they cannot reach
+        with torch.no_grad():
+            model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
+        notes = model.notes(param)
     return {**doc, "notes": notes} if notes else doc
 
 
@@ -95,8 +102,8 @@ def table(doc: dict) -> str:
     head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
     rows = []
     for r in doc["tensors"]:
-        row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_std"]), _num(r["forward_mult"]),
-               _num(r["lr_mult"])]
+        fwd = _num(r["forward_mult"]) + (f", {_num(r['readout_mult'])} as readout" if r.get("readout_mult") is not None else "")
+        row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_std"]), fwd, _num(r["lr_mult"])]
         rows.append(row + [_num(r[k]) for k, _ in extra])
     return _format(head, rows)
 

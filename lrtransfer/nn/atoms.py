@@ -126,6 +126,13 @@ class Atom(Module):
     def split(self, target: float) -> list[tuple[Module, float]]:
         return []  # a leaf: its target is its own
 
+    @property
+    def tied(self) -> Atom | None:
+        """For an embedding whose table a Linear also uses as its weight (a readout tied to it,
+        model=custom): the atom of that use, a child holding no tensor, only the forward
+        multiplier a readout gets. None for every other atom."""
+        return self._modules.get("tied_use")
+
     def set_multipliers(self, weight: float | Tensor, bias: float | Tensor) -> None:
         """Set the forward multipliers: floats, or (K,) tensors, one value per run (a per-run
         option such as muP's output_mult), kept as buffers so that moving the model to its

@@ -8,7 +8,11 @@ out grows), `hidden` (both), `output` (only in) or `fixed` (neither); a normalis
 layer's weight and bias are a gain (`hidden` when it spans the width), an Embedding a
 lookup table; any other parameter is a `tensor` of its own (`hidden`, `vector` or
 `fixed` by how many of its dimensions grow). The readout is the output weight that
-makes the logits.
+makes the logits, or an embedding whose table a Linear reuses as its weight (GPT-2's
+`lm_head` tied to `wte`): that tensor stays one atom, recorded as `tied`.
+
+`transformers`' `Conv1D` (GPT-2's projections) is a Linear stored (in, out): it is
+found by its name and its `nf` (out features), without importing transformers.
 """
 
 from __future__ import annotations
@@ -35,10 +39,19 @@ class Layer:
     role: str = FIXED
     fan_in: int = 1
     fan_out: int = 1
+    in_out: bool = False  # a Linear's weight stored (in, out): transformers' Conv1D
+    tied: str = ""  # an embedding's table reused as a Linear's weight: that weight's name (the readout's use)
+
+
+def _in_out_linear(module: nn.Module) -> bool:
+    """transformers' Conv1D: y = x @ W + b with W (in, nf), despite the name a Linear."""
+    w = getattr(module, "weight", None)
+    return type(module).__name__ == "Conv1D" and isinstance(getattr(module, "nf", None), int) \
+        and isinstance(w, torch.Tensor) and w.dim() == 2 and w.shape[1] == module.nf
 
 
 def _matrix_kind(module: nn.Module) -> str | None:
-    if isinstance(module, nn.Linear):
+    if isinstance(module, nn.Linear) or _in_out_linear(module):
         return "linear"
     if isinstance(module, nn.modules.conv._ConvNd) and not module.transposed:
         return "conv"
@@ -49,21 +62,28 @@ def _matrix_kind(module: nn.Module) -> str | None:
 
 def layers_of(module: nn.Module) -> list[Layer]:
     """The user module's trained tensors grouped into layers, in registration (forward) order."""
-    out, seen = [], set()
+    out, owner = [], {}  # owner: id of a tensor -> the layer that holds it
     for path, m in module.named_modules():
-        # a tied tensor (an embedding that is also the readout) belongs to its first layer
-        own = {n: p for n, p in m.named_parameters(recurse=False) if p is not None and id(p) not in seen}
-        seen.update(map(id, own.values()))
+        full = lambda n: f"{path}.{n}" if path else n  # noqa: E731
+        params = {n: p for n, p in m.named_parameters(recurse=False) if p is not None}
+        kind = _matrix_kind(m)
+        w = params.get("weight")
+        if kind == "linear" and w is not None and id(w) in owner and owner[id(w)].kind == "embedding":
+            owner[id(w)].tied = full("weight")  # an embedding's table is this Linear's weight too
+        # a tied tensor belongs to its first layer
+        own = {n: p for n, p in params.items() if id(p) not in owner}
         if not own:
             continue
-        full = lambda n: f"{path}.{n}" if path else n  # noqa: E731
-        kind = _matrix_kind(m)
         if kind is not None and "weight" in own and set(own) <= {"weight", "bias"} and own["weight"].dim() >= 2:
-            out.append(Layer(path, kind, {n: full(n) for n in ("weight", "bias") if n in own}))
+            layers = [Layer(path, kind, {n: full(n) for n in ("weight", "bias") if n in own}, in_out=_in_out_linear(m))]
         elif isinstance(m, NORMS) and "weight" in own and set(own) <= {"weight", "bias"}:
-            out.append(Layer(path, "gain", {a: full(n) for a, n in (("gain", "weight"), ("bias", "bias")) if n in own}))
+            layers = [Layer(path, "gain", {a: full(n) for a, n in (("gain", "weight"), ("bias", "bias")) if n in own})]
         else:
-            out.extend(Layer(path, "tensor", {"tensor": full(n)}) for n in own)
+            layers = [Layer(path, "tensor", {"tensor": full(n)}) for n in own]
+        for layer in layers:
+            for name in layer.names.values():
+                owner[id(params[name.rpartition(".")[2] if path else name])] = layer
+        out += layers
     return out
 
 
@@ -82,6 +102,9 @@ def assign_roles(layers: list[Layer], shapes: dict[str, torch.Size], other: dict
         if layer.kind == "embedding":  # (num, dim): already the (fan_in, fan_out) view
             layer.fan_in, layer.fan_out = a[0], a[1]
             g_in, g_out = grows[0], grows[1]
+        elif layer.in_out:  # (in, out)
+            layer.fan_in, layer.fan_out = a[0], a[1]
+            g_in, g_out = grows[0], grows[1]
         elif layer.kind in ("linear", "conv"):  # torch's (out, in, *k)
             layer.fan_in, layer.fan_out = math.prod(a[1:]), a[0]
             g_in, g_out = any(grows[1:]), grows[0]
@@ -95,18 +118,21 @@ def assign_roles(layers: list[Layer], shapes: dict[str, torch.Size], other: dict
 
 def find_readout(layers: list[Layer], output_dim: int, readout: str, target: str) -> Layer:
     """The layer whose weight makes the logits: named (`model.readout`), else the last output
-    weight (fan_in grows, fan_out fixed) whose fan_out is output_dim, else the last output
+    weight (fan_in grows, fan_out fixed) whose fan_out is output_dim, else an embedding of
+    output_dim rows tied to a Linear (its table is the readout's weight), else the last output
     weight (fixed layers follow it)."""
     if readout:
         name = readout if readout.endswith(("weight", "tensor")) or "." in readout else f"{readout}.weight"
         for layer in layers:
-            if name in layer.names.values() or readout == layer.path:
+            if name in layer.names.values() or readout == layer.path or name == layer.tied:
                 return layer
         weights = [n for layer in layers for k, n in layer.names.items() if k != "bias"]
         raise ConfigError(f"model.readout={readout}: model.target={target} has no such parameter; "
                           f"weights: {', '.join(weights[:12])}")
     outputs = [layer for layer in layers if layer.role == OUTPUT]
-    found = [layer for layer in outputs if layer.fan_out == output_dim] or outputs  # else: a fixed layer follows
+    found = ([layer for layer in outputs if layer.fan_out == output_dim]
+             or [layer for layer in layers if layer.tied and layer.fan_in == output_dim]
+             or outputs)  # else: a fixed layer follows
     if not found:
         raise ConfigError(f"model.target={target}: no readout found (no weight maps the width to the "
                           f"{output_dim} logits); name it with model.readout=NAME")

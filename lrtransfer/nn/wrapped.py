@@ -4,21 +4,45 @@ Forward: the user's module with its parameters removed, run by
 `torch.func.functional_call` on the atoms' tensors (each with a leading run axis K)
 under `vmap` over K. A forward multiplier is folded into the tensor handed over
 (weight_mult * W, bias_mult * b: exact for Linear, convolution and Embedding layers),
-so no user code changes. Buffers are stacked along K too; a module vmap cannot run
-falls back to a loop over the runs, said in one line.
+so no user code changes; a tensor that goes by several names (an embedding tied to
+the readout) is handed over once per name, each with its own use's multiplier, so the
+readout's 1/m does not reach the embedding. Buffers are stacked along K too; a module
+vmap cannot run falls back to a loop over the runs, said in one line naming the
+operation that stopped it.
+
+The logits are read from what the module returns (`logits_of`): a tensor, an output
+object's or dict's `logits`, a tuple's first element, or what `model.output` names.
+A forward that takes `targets` (nanoGPT's) returns every position's logits only when
+given them: it is given zeros, and the loss it computes from them is ignored.
+Attention that calls `scaled_dot_product_attention` with its default scale gets the
+parameterization's scale (`AttentionScale`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import re
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from lrtransfer.errors import ConfigError, one_line, warn
-from lrtransfer.nn.atoms import Atom, Module, scaled
+from lrtransfer.nn.atoms import OUTPUT, Atom, Module, scaled
 from lrtransfer.nn.roles import Layer
+
+
+class ReadoutUse(Atom):
+    """The readout's use of an embedding's table (a tied head): no tensor of its own, so no init,
+    no LR, no slot; it carries the forward multiplier a readout of this shape gets."""
+
+    TENSORS = ()
+
+    def __init__(self, fan_in: int, fan_out: int, *, runs: int, name: str) -> None:
+        super().__init__(fan_in, fan_out, role=OUTPUT, runs=runs, tag="readout")
+        self.name = name
 
 
 class UserAtom(Atom):
@@ -27,7 +51,9 @@ class UserAtom(Atom):
 
     def __init__(self, layer: Layer, values: dict[str, Tensor], *, runs: int, tag: str | None = None) -> None:
         super().__init__(layer.fan_in, layer.fan_out, role=layer.role, runs=runs, tag=tag)
-        self.kind, self.path, self.user_names = layer.kind, layer.path, dict(layer.names)
+        self.kind, self.path, self.user_names, self.in_out = layer.kind, layer.path, dict(layer.names), layer.in_out
+        if layer.tied:  # the table read as a Linear (dim -> num): the readout's fan-in is the width
+            self.tied_use = ReadoutUse(layer.fan_out, layer.fan_in, runs=runs, name=layer.tied)
         self.TENSORS = tuple(layer.names)
         self._own = {}
         for name, value in values.items():  # value: one run's tensor, in the user's layout
@@ -36,8 +62,9 @@ class UserAtom(Atom):
                 self._own[name] = value.detach().clone()
 
     def from_matrix(self, w: Tensor) -> Tensor:
-        # (fan_in, fan_out) -> torch's (out, in, *k); an Embedding's (num, dim) is already that view
-        return w if self.kind == "embedding" else w.t().reshape(self.weight.shape[1:])
+        # (fan_in, fan_out) -> torch's (out, in, *k); an Embedding's (num, dim) and a Conv1D's
+        # (in, out) are already that view
+        return w if self.kind == "embedding" or self.in_out else w.t().reshape(self.weight.shape[1:])
 
     def torch_init(self, gen: torch.Generator) -> Tensor:
         if self.kind == "embedding":  # nn.Embedding's init: N(0, 1)
@@ -52,8 +79,11 @@ class UserAtom(Atom):
         own = self._own.get(name)
         return None if own is None else own.clone()
 
-    def handed(self, name: str, t: Tensor) -> Tensor:
-        """The tensor the user's layer computes with: the stored one times its forward multiplier."""
+    def handed(self, name: str, t: Tensor, alias: str) -> Tensor:
+        """The tensor the user's layer `alias` computes with: the stored one times that use's
+        forward multiplier (a tied table's readout use has its own)."""
+        if self.tied is not None and alias == self.tied.name:
+            return scaled(t, self.tied.weight_mult)
         if self.kind in ("linear", "conv", "embedding"):
             mult = self.weight_mult if name == "weight" else self.bias_mult if name == "bias" else 1.0
             return scaled(t, mult)  # t: (K, ...); mult a float or (K,), one per run (grid.<key>)
@@ -75,9 +105,19 @@ class Custom(Module):
     """
 
     def __init__(self, net: nn.Module, layers: list[Layer], readout: Layer, *, runs: int, target: str,
-                 input_shape: tuple[int, ...], output_dim: int) -> None:
+                 input_shape: tuple[int, ...], output_dim: int, output: str = "",
+                 attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = ()) -> None:
         super().__init__()
         self.runs, self.target, self.input_ndim, self.output_dim = runs, target, len(input_shape), output_dim
+        self.output = output
+        # d_head -> factor on an attention's own scale (the parameterization's rule; None: SP's), and the
+        # modules it was applied to through their own `scaling` (custom.scale_attention)
+        self.attention_scale, self.scaled_modules = attention_scale, list(scaled_modules)
+        self.sdpa_calls = 0  # scaled_dot_product_attention calls rescaled (counted by AttentionScale)
+        self.own_loss = False  # what the forward returns holds a loss of the module's own, ignored
+        self.told = False  # and that was said (once a job)
+        with contextlib.suppress(TypeError, ValueError):
+            self.takes_targets = "targets" in inspect.signature(net.forward).parameters
         params = dict(net.named_parameters(remove_duplicate=False))
         # every name a tensor goes by (a tied weight has several): functional_call sets them all
         self.aliases: dict[str, list[str]] = {}
@@ -87,7 +127,7 @@ class Custom(Module):
         self.layers = nn.ModuleDict()
         for layer in layers:
             values = {a: params[n] for a, n in layer.names.items()}
-            tag = "readout" if layer is readout else None
+            tag = "readout" if layer is readout and not layer.tied else None
             self.layers[_key(layer.path) if layer.kind != "tensor" else _key(layer.names["tensor"])] = UserAtom(
                 layer, values, runs=runs, tag=tag)
         self.stacked = nn.Module()
@@ -105,14 +145,44 @@ class Custom(Module):
         params = {}
         for atom in self.layers.values():
             for name, t in atom.trained():
-                handed = atom.handed(name, t)
                 for alias in self.aliases[atom.user_names[name]]:
-                    params[alias] = handed
+                    params[alias] = atom.handed(name, t, alias)
         buffers = {self.buffer_names[k]: b for k, b in self.stacked.named_buffers()}
         return params, buffers
 
+    takes_targets = False  # the forward takes `targets` (nanoGPT's): given zeros, so that it returns every position
+
     def _call(self, params: dict, buffers: dict, x: Tensor) -> Tensor:
-        return torch.func.functional_call(self.net, (params, buffers), (x,), tie_weights=False)
+        kwargs = {"targets": torch.zeros_like(x)} if self.takes_targets and not torch.is_floating_point(x) else {}
+        with AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext():
+            out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
+        y = self.logits_of(out)
+        if isinstance(y, Tensor) and y.shape[-1] > self.output_dim and not torch.is_floating_point(x):
+            y = y[..., : self.output_dim]  # a vocabulary larger than the data's: its own tokens never occur
+        return y
+
+    def logits_of(self, out):
+        """The logits in what the forward returned: `model.output` names an attribute, key or index;
+        else a tensor, an output object's or dict's `logits`, or a tuple's first element."""
+        self.own_loss = self.own_loss or _holds_loss(out)
+        if self.output:
+            key = int(self.output) if self.output.lstrip("-").isdigit() else self.output
+            try:
+                return out[key] if isinstance(key, int) or isinstance(out, dict) else getattr(out, key)
+            except (KeyError, IndexError, AttributeError, TypeError):
+                raise ConfigError(f"model.output={self.output}: model.target={self.target} returns "
+                                  f"{_describe(out)}, which has no {key!r}") from None
+        if isinstance(out, Tensor):
+            return out
+        found = None
+        if isinstance(out, dict) or hasattr(out, "logits"):
+            found = out["logits"] if isinstance(out, dict) and "logits" in out else getattr(out, "logits", None)
+        elif isinstance(out, (tuple, list)) and out:
+            found = out[0]
+        if not isinstance(found, Tensor):
+            raise ConfigError(f"model.target={self.target} returns {_describe(out)}: say where its logits are "
+                              "with model.output=NAME (an attribute or key) or model.output=INDEX")
+        return found
 
     def _loop(self, params: dict, buffers: dict, x: Tensor, shared: bool) -> Tensor:
         ys = [self._call({n: p[k] for n, p in params.items()}, {n: b[k] for n, b in buffers.items()},
@@ -133,11 +203,16 @@ class Custom(Module):
         else:
             try:
                 y = self._vmap(params, buffers, x, shared)
+            except ConfigError:
+                raise
             except Exception as e:
                 y = self._loop(params, buffers, x, shared)  # raises if the module cannot run at all
                 self.batched = False
-                warn(f"model.target={self.target}: vmap cannot run it ({one_line(e)[:160]}); "
+                warn(f"model.target={self.target}: vmap cannot run it (it stops at {stopped_at(e)}); "
                      f"its {self.runs} runs go one at a time")
+        if self.own_loss and not self.told:
+            self.told = True
+            warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
         self._check(y, x, shared)
         return y
 
@@ -180,13 +255,80 @@ class Custom(Module):
         return {id(t): atom.user_names[name] for atom in self.layers.values() for name, t in atom.trained()}
 
     def notes(self, param) -> list[str]:
-        """Warnings about what `param`'s rules cannot do to this module from outside: a rule for
-        attention logits other than SP's 1/sqrt(d) (muP's 1/d) cannot reach inside the user's attention."""
+        """What `param`'s rules do here that a reader cannot see in the table, and what they cannot
+        do from outside the module: a tied readout; a rule for attention logits other than SP's
+        1/sqrt(d) (muP's 1/d), applied where the module exposes its scale (after a forward, which
+        counts the scaled_dot_product_attention calls), else a warning."""
+        out = []
+        for atom in self.layers.values():
+            if atom.tied is not None:
+                out.append(f"note: {atom.user_names['weight']} is tied to the readout {atom.tied.name}: one tensor, "
+                           f"one init and LR (an embedding's, role {atom.role}); the readout's forward multiplier "
+                           f"({atom.tied.weight_mult:.4g}) reaches only its readout use, as mup's MuSharedReadout")
+        if self.own_loss:
+            out.append(f"note: model.target={self.target} returns a loss of its own: it is ignored, the task's is trained")
         if not self.attention or not param.rescales_attention():
-            return []
+            return out
         rule = "muP's 1/d attention scale" if param.name == "mup" else f"param={param.name}'s attention rule"
-        return [f"warning: {', '.join(self.attention[:3])} computes attention: {rule} cannot be applied from "
-                "outside the module (it keeps its own scale)"]
+        where = ([f"the `scaling` of {len(self.scaled_modules)} attention modules ({', '.join(self.scaled_modules[:2])}"
+                  f"{', ...' if len(self.scaled_modules) > 2 else ''})"] if self.scaled_modules else []) + (
+                 [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]
+                 if self.sdpa_calls else [])
+        if where:
+            return out + [f"note: {rule} applied through {' and '.join(where)}; queries keep their init "
+                          "(muP's zero query is not applied)"]
+        return out + [f"warning: {', '.join(self.attention[:3])} computes attention: {rule} cannot be applied "
+                      "from outside the module (it keeps its own scale)"]
+
+
+def stopped_at(e: Exception) -> str:
+    """The operation vmap stopped at, read from its error: an aten operator, `.item()`, data-dependent
+    control flow, or the error's own first line."""
+    text = one_line(e)
+    op = re.search(r"aten::[\w.]+", text)
+    if op:
+        return f"{op.group(0)}: {text[:120]}"
+    for needle, what in ((".item()", ".item() (a tensor read as a Python number)"),
+                         ("data-dependent control flow", "control flow that reads a tensor's value"),
+                         ("data dependent", "an operation whose output shape depends on the data")):
+        if needle in text:
+            return what
+    return text[:160]
+
+
+def _holds_loss(out) -> bool:
+    """Whether a forward's output carries a loss of its own: a `loss` that is not None, or a scalar
+    tensor after a tuple's first element (nanoGPT's (logits, loss))."""
+    if isinstance(out, (tuple, list)):
+        return any(isinstance(v, Tensor) and v.dim() == 0 for v in out[1:])
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    return loss is not None
+
+
+def _describe(out) -> str:
+    if isinstance(out, (tuple, list)):
+        return f"a {type(out).__name__} of {len(out)} ({', '.join(type(v).__name__ for v in out)})"
+    fields = list(out) if isinstance(out, dict) else [k for k in vars(out) if not k.startswith("_")] if hasattr(out, "__dict__") else []
+    return f"a {type(out).__name__}" + (f" with {', '.join(map(str, fields[:8]))}" if fields else "")
+
+
+class AttentionScale(TorchFunctionMode):
+    """While a user's module runs: a `scaled_dot_product_attention` call that leaves the scale at
+    its default 1/sqrt(d_head) (nanoGPT's attention) gets the parameterization's factor on it
+    (muP's 1/d). An explicit scale is the module's own choice (transformers pass theirs, which
+    `scaling` already set) and is left alone."""
+
+    def __init__(self, model: Custom) -> None:
+        super().__init__()
+        self.model = model
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is nn.functional.scaled_dot_product_attention and kwargs.get("scale") is None:
+            d = (args[0] if args else kwargs["query"]).shape[-1]  # q: (..., T, d_head)
+            kwargs = {**kwargs, "scale": d**-0.5 * self.model.attention_scale(d)}
+            self.model.sdpa_calls += 1
+        return func(*args, **kwargs)
 
 
 def _strip(net: nn.Module) -> None:

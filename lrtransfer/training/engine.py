@@ -228,6 +228,8 @@ class Ensemble:
     def state_dict(self) -> dict:
         return {
             "tensors": [t.detach().clone() for t in self.tensors],
+            # running statistics (a user's BatchNorm, per run): state that training changes, too
+            "buffers": {n: b.clone() for n, b in self.model.named_buffers() if _persistent(self.model, n)},
             "opt_state": [t.clone() for t in self.opt.state],
             "opt_t": self.opt.t,
             "gens": [g.get_state() for g in self.gens],
@@ -249,6 +251,14 @@ class Ensemble:
             if dst.shape != src.shape:
                 raise ValueError(f"a saved tensor of shape {tuple(src.shape)} for one of {tuple(dst.shape)}")
             dst.copy_(src)
+        buffers = {n: b for n, b in self.model.named_buffers() if _persistent(self.model, n)}
+        saved = state.get("buffers", {})
+        if set(saved) != set(buffers):
+            raise ValueError(f"saved buffers {sorted(saved)[:3]} for {sorted(buffers)[:3]}")
+        for name, b in buffers.items():
+            if b.shape != saved[name].shape:
+                raise ValueError(f"a saved buffer of shape {tuple(saved[name].shape)} for one of {tuple(b.shape)}")
+            b.copy_(saved[name])
         self.opt.t = state["opt_t"]
         for g, s in zip(self.gens, state["gens"]):
             g.set_state(s)
@@ -286,6 +296,13 @@ def apply_updates(slots, updates, decays) -> None:
         if decays is not None:
             s.tensor.mul_(1 - run_view(decays[i], s.tensor))
         s.tensor.sub_(u)
+
+
+def _persistent(model: torch.nn.Module, name: str) -> bool:
+    """Whether the buffer `name` is state (running statistics), not a constant the model set
+    (a forward multiplier, kept as a non-persistent buffer)."""
+    owner, _, leaf = name.rpartition(".")
+    return leaf not in model.get_submodule(owner)._non_persistent_buffers_set
 
 
 def _to(state, device: torch.device):

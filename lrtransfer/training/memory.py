@@ -109,13 +109,21 @@ def footprint(built: Built) -> Footprint:
     model.to(dtype=dtype)
     outputs = []
     leaves = [m for m in model.modules() if not any(True for _ in m.children())]
-    hooks = [m.register_forward_hook(lambda mod, inp, out: outputs.append(out.numel())) for m in leaves]
+    hooks = [m.register_forward_hook(lambda mod, inp, out: outputs.append(_numel(out))) for m in leaves]
     with torch.no_grad():
         model(x.to("meta"))
     for h in hooks:
         h.remove()
     weights = sum(p.numel() for p in model.parameters())
     return Footprint(weights, sum(outputs), torch.finfo(dtype).bits // 8, built.train.batch_size)
+
+
+def _numel(out) -> int:
+    """The elements a layer outputs: a tensor's, or those of every tensor in a tuple (a user's
+    rotary embedding returns (cos, sin))."""
+    if isinstance(out, torch.Tensor):
+        return out.numel()
+    return sum(_numel(o) for o in out) if isinstance(out, (tuple, list)) else 0
 
 
 def last_level_cache() -> int:

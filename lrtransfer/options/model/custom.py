@@ -3,7 +3,11 @@
 `model.target` names a class or function (`path/file.py:NAME` or `package.module:NAME`)
 that returns an `nn.Module` mapping a batch (B, *input_shape) to logits (B, output_dim)
 (token ids (B, T) to (B, T, output_dim)). It is called with those of `width`, `depth`,
-`input_shape` and `output_dim` that its signature names, plus `model.kwargs`.
+`input_shape` and `output_dim` that its signature names, plus `model.kwargs`; or, for a
+model as it is published (nanoGPT's `GPT(config)`, a transformers `GPT2LMHeadModel`),
+with its own config object, the width and depth under the fields `model.width_key` and
+`model.depth_key` name (`target.py`). Its output is read where the logits are
+(`model.output`: a tensor, an output object's `logits`, a tuple's first element).
 
 The user's module becomes the same atoms the built-in models are made of, so every
 parameterization and optimizer that needs no module tree applies unchanged: its roles
@@ -15,27 +19,20 @@ tensor outside any known layer keeps the init its module gave it.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
-import inspect
-import sys
-from collections.abc import Callable
+import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from lrtransfer.errors import ConfigError, one_line
+from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import assign_roles, find_readout, layers_of
 from lrtransfer.nn.wrapped import Custom
+from lrtransfer.options.model.target import ARGUMENTS, check_keys, construct, load, source_hash
 from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR
-
-ARGUMENTS = ("width", "depth", "input_shape", "output_dim")  # what the target may ask for by name
 
 
 @dataclass
@@ -51,6 +48,19 @@ class CustomOptions:
     # None dict) in struct mode and refuses its new keys.
     kwargs: Any = None
     readout: str = ""  # the output weight's parameter name, when the inferred one is wrong
+    # A published model's own config class (package.module:NAME or path/file.py:NAME: a dataclass
+    # such as nanoGPT's GPTConfig, or a transformers config): the target is called with one,
+    # built from config_kwargs plus the width, depth, vocabulary and context fields.
+    config: str = ""
+    config_kwargs: Any = None  # a mapping, as kwargs
+    # The field the width goes into (n_embd, hidden_size), or a mapping of fields to multiples of
+    # the width ('{hidden_size: 1, intermediate_size: 4}'; a list of multiples for a channel list);
+    # "" passes `width` to a factory that names it. depth_key likewise for the depth (n_layer).
+    width_key: Any = ""
+    depth_key: str = ""
+    # Where the logits are in what the forward returns: "" infers (a tensor; the `logits` of an
+    # output object or dict; the first element of a tuple), else an attribute, key or index.
+    output: str = ""
     # The target file's content hash (the conf file fills it in: `${lrt_source:...}`), so
     # that a job's identity changes when the model's code does.
     source: str = ""
@@ -61,6 +71,16 @@ class CustomOptions:
             raise ConfigError(f"model.target={self.target!r} must be path/to/file.py:NAME or package.module:NAME")
         if not isinstance(self.kwargs, (dict, type(None))):
             raise ConfigError(f"model.kwargs must be a mapping such as '{{dropout: 0.1}}', got {self.kwargs!r}")
+        if not isinstance(self.config_kwargs, (dict, type(None))):
+            raise ConfigError(f"model.config_kwargs must be a mapping such as '{{n_head: 4}}', got {self.config_kwargs!r}")
+        if self.config_kwargs and not self.config:
+            raise ConfigError("model.config_kwargs is set without model.config (the config class to build, "
+                              "e.g. transformers:GPT2Config); set both, or pass the values in model.kwargs")
+        if self.config:
+            where, _, name = self.config.rpartition(":")
+            if not (where and name.isidentifier()):
+                raise ConfigError(f"model.config={self.config!r} must be path/to/file.py:NAME or package.module:NAME")
+        check_keys(self.width_key, self.depth_key)
         overlap = sorted(set(self.kwargs or {}) & set(ARGUMENTS))
         if overlap:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "
@@ -77,91 +97,14 @@ class CustomOptions:
 OPTIONS = CustomOptions
 
 
-# ---------------------------------------------------------------- the target
-def _split(target: str) -> tuple[str, str]:
-    where, _, name = target.rpartition(":")
-    return where, name
-
-
-def _is_file(where: str) -> bool:
-    return where.endswith(".py") or "/" in where
-
-
-def source_hash(target: str) -> str:
-    """sha1 of the target's source file ('' when it cannot be found: building then says why).
-
-    For a file path the file is read, never run; for a module, its spec is looked up
-    (which imports its parent packages, as running it would)."""
-    where, _ = _split(target)
-    if not where:
-        return ""
-    try:
-        if _is_file(where):
-            path = Path(where)
-        else:
-            spec = importlib.util.find_spec(where)
-            path = Path(spec.origin) if spec is not None and spec.origin else None
-        return hashlib.sha1(path.read_bytes()).hexdigest()[:16] if path is not None else ""
-    except Exception:
-        return ""
-
-
 if not OmegaConf.has_resolver("lrt_source"):
     OmegaConf.register_new_resolver("lrt_source", source_hash, use_cache=False)
-
-
-def load_target(target: str) -> Callable:
-    """The callable `target` names, or a one-line ConfigError saying why not."""
-    where, name = _split(target)
-    try:
-        if _is_file(where):
-            path = Path(where)
-            if not path.is_file():
-                raise ConfigError(f"model.target={target}: no file {where} (relative to {Path.cwd()})")
-            key = f"lrtransfer_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}_{path.stem}"
-            spec = importlib.util.spec_from_file_location(key, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[key] = module  # dataclasses and pickling look the module up by name
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except ConfigError:
-        raise
-    except BaseException as e:  # a SyntaxError, an ImportError, anything the file raises, even SystemExit
-        raise ConfigError(f"model.target={target} does not import: {one_line(e)}") from None
-    if not hasattr(module, name):
-        known = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise ConfigError(f"model.target={target}: {where} defines no {name!r}; callables there: "
-                          f"{', '.join(known[:12]) or 'none'}")
-    fn = getattr(module, name)
-    if not callable(fn):
-        raise ConfigError(f"model.target={target}: {name} is a {type(fn).__name__}, not a class or function")
-    return fn
-
-
-
-def construct(fn: Callable, options: CustomOptions, **given) -> nn.Module:
-    """fn called with the arguments of `given` its signature names, plus model.kwargs."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    args = {k: v for k, v in given.items() if takes_all or k in params}
-    shown = " ".join(f"{k}={v}" for k, v in given.items() if k in ("width", "depth"))
-    try:
-        module = fn(**args, **dict(options.kwargs or {}))
-    except Exception as e:
-        raise ConfigError(f"model.target={options.target} raised when built ({shown}): {one_line(e)}") from None
-    if not isinstance(module, nn.Module):
-        raise ConfigError(f"model.target={options.target} returned a {type(module).__name__}, not a torch nn.Module")
-    return module
 
 
 def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, input_shape: tuple[int, ...],
           output_dim: int) -> Custom:
     target = options.target
-    fn = load_target(target)
+    fn = load(target)
     given = dict(width=width, depth=depth, input_shape=tuple(input_shape), output_dim=output_dim)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)  # a tensor outside any layer starts where the module put it, the same every time
@@ -175,7 +118,32 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
         raise ConfigError(f"model.target={target}: no parameter grows with width "
                           f"({', '.join(list(shapes)[:4]) or 'it has none'} keep their shapes at width={2 * width})")
     readout = find_readout(layers, output_dim, options.readout, target)
-    if options.readout:
+    if options.readout and not readout.tied:
         readout.role = OUTPUT  # the user's word: this weight makes the logits
+    scale = attention_rule(param)
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
-                  output_dim=output_dim)
+                  output_dim=output_dim, output=options.output, attention_scale=scale,
+                  scaled_modules=scale_attention(net, scale))
+
+
+def attention_rule(param):
+    """d_head -> the factor on the module's own attention scale that `param`'s rule asks for,
+    relative to SP's 1/sqrt(d_head) (muP: 1/sqrt(m), making it 1/d); None under SP's rule."""
+    if not param.rescales_attention():
+        return None
+    return lambda d: param.attention_scale(d) * math.sqrt(d)
+
+
+def scale_attention(net, scale) -> list[str]:
+    """Apply `scale` through the hook transformers' attention modules expose: a float `scaling`
+    (their q.k factor, which every attention implementation of theirs reads) beside an int
+    `head_dim`. Returns the modules so scaled."""
+    if scale is None:
+        return []
+    done = []
+    for path, m in net.named_modules():
+        scaling, d = getattr(m, "scaling", None), getattr(m, "head_dim", None)
+        if isinstance(scaling, float) and isinstance(d, int) and not isinstance(d, bool):
+            m.scaling = scaling * scale(d)
+            done.append(f"{path} ({type(m).__name__})")
+    return done

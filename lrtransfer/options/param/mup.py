@@ -37,6 +37,12 @@ Embedding tables (token and position, `layers.Embedding`) are input weights, as 
 `mup` package treats nn.Embedding: SP's N(0, 1) init, no multiplier, Adam LR x1, SGD
 LR x m (the `(input, weight)` entries of LR_POWERS).
 
+An embedding tied to the readout (model=custom, GPT-2's `wte`/`lm_head`) is one tensor,
+as in `mup`'s `MuSharedReadout`: the embedding's rules (init, LR), with the readout's
+forward multiplier on its readout use only, and its init times sqrt(m), the factor
+`set_base_shapes` applies to a MuReadout's weight (shared, so the embedding's too);
+never zeroed.
+
 The readout is zero-initialised by default (`readout_zero_init`). Attention,
 for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
 (`attention_scale`, equal to SP's at the base width) and zero-initialised queries
@@ -145,6 +151,8 @@ class MuP(Parameterization):
         # SP's draws are made even for a zeroed tensor, so every other tensor of a
         # seed starts exactly as under SP.
         w = super().init_weight(atom, gen)
+        if atom.tied is not None:  # an embedding tied to the readout: never zero (the embedding reads it)
+            return w * math.sqrt(self.m)  # and rescaled as a readout, as mup's MuSharedReadout does
         if (atom.role == OUTPUT and self.readout_zero_init) or (atom.tag == "query" and self.zero_query):
             return torch.zeros_like(w)
         return w * math.sqrt(self.m) if atom.role == OUTPUT else w

@@ -1,0 +1,344 @@
+"""Published models as researchers have them, with no factory file: nanoGPT's GPT(config) (its
+interface written here from a short definition), transformers' GPT2LMHeadModel and
+LlamaForCausalLM from tiny local configs (skipped without transformers), each at two small
+widths: roles, batched = one run at a time in float64, and a short sweep under standard and mup.
+torchvision's resnet18 is in tests/test_torchvision.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from lrtransfer.options.schema import ConfigError
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
+from tests.conftest import typed
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built here
+
+# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config), forward(idx, targets)
+# -> (logits, loss) with every position's logits only when given targets, wte tied to lm_head,
+# attention through scaled_dot_product_attention at its default scale.
+NANOGPT = '''
+import math
+from dataclasses import dataclass
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                torch.nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        else:
+            logits = self.lm_head(x[:, [-1], :])
+            loss = None
+        return logits, loss
+'''
+
+NO_DROPOUT = "resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0"
+FAMILIES = {
+    "nanogpt": ["model.target={path}:GPT", "model.config={path}:GPTConfig", "model.width_key=n_embd",
+                "model.depth_key=n_layer", "model.config_kwargs={{n_head: 2}}"],
+    "gpt2": ["model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+             "model.width_key=n_embd", "model.depth_key=n_layer", f"model.config_kwargs={{{{n_head: 2, {NO_DROPOUT}}}}}"],
+    # Llama's MLP is intermediate_size wide: it grows with the width too (else its projections
+    # would read as readouts), twice the width here
+    "llama": ["model.target=transformers:LlamaForCausalLM", "model.config=transformers:LlamaConfig",
+              "model.width_key={{hidden_size: 1, intermediate_size: 2}}", "model.depth_key=num_hidden_layers",
+              "model.config_kwargs={{num_attention_heads: 2, num_key_value_heads: 2}}"],
+}
+SMALL = ["data=text", "data.seq_len=8", "data.eval_size=4", "train.batch_size=2", "depth=1", "engine.device=cpu",
+         "engine.progress=false"]
+
+
+@pytest.fixture(params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    """(name, the overrides that build it as model=custom)."""
+    name = request.param
+    if name != "nanogpt":
+        pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    path = tmp_path_factory.getbasetemp() / "nanogpt_model.py"
+    if not path.exists():
+        path.write_text(NANOGPT)
+    return name, ["model=custom", *(o.format(path=path) for o in FAMILIES[name])]
+
+
+def rows(cli, over, *more):
+    code, out, err = cli("inspect", *over, *SMALL, *more, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_roles_in_inspect(family, cli):
+    """The token table is an input (tied to the readout where the family ties it: one row, one init,
+    one LR, the readout's 1/m on its readout use only), the attention and MLP matrices hidden
+    (transformers' Conv1D included), and the readout found without naming it."""
+    name, over = family
+    doc = rows(cli, over, "param=mup", "param.base_width=16", "width=32")
+    roles = {r["name"]: r["role"] for r in doc["tensors"] if len(r["shape"]) == 2}
+    table, head = {"nanogpt": ("transformer.wte.weight", "lm_head.weight"),
+                   "gpt2": ("transformer.wte.weight", "lm_head.weight"),
+                   "llama": ("model.embed_tokens.weight", "lm_head.weight")}[name]
+    if name == "llama":  # untied: its own readout
+        assert roles.pop(table) == "input" and roles.pop(head) == "output (readout)"
+    else:
+        assert roles.pop(table) == f"input (tied readout {head})" and head not in roles
+        tied = next(r for r in doc["tensors"] if r["name"] == table)
+        assert (tied["forward_mult"], tied["readout_mult"], tied["lr_mult"]) == (1.0, 0.5, 1.0)
+        assert any("tied to the readout" in n for n in doc["notes"])
+    if name != "llama":  # learned positions (Llama's are rotary: a buffer)
+        assert roles.pop(next(n for n in roles if "wpe" in n)) == "input"
+    assert roles and set(roles.values()) == {"hidden"}, roles
+    hidden = [r for r in doc["tensors"] if r["role"] == "hidden"]
+    assert {r["lr_mult"] for r in hidden} == {0.5}  # Adam: 1/m at twice the base width
+
+
+def test_attention_scale_reaches_inside(family, cli):
+    """muP's 1/d: through transformers' `scaling` (GPT-2, Llama) or nanoGPT's default-scale SDPA calls."""
+    name, over = family
+    notes = " ".join(rows(cli, over, "param=mup", "param.base_width=16", "width=32")["notes"])
+    assert "muP's 1/d attention scale applied through" in notes and "warning" not in notes
+    assert "attention" not in " ".join(rows(cli, over, "param=standard", "width=32").get("notes", []))
+    param, net = model_of(over, "param=mup", "param.base_width=16", "width=32")
+    exposed = [m for m in net.net.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
+    assert ("`scaling` of 1 attention modules" if exposed else "scaled_dot_product_attention calls") in notes
+    for attn in exposed:
+        assert attn.head_dim == 16 and attn.scaling == pytest.approx(math.sqrt(8) / 16)  # sqrt(d_base) / d
+    if name == "nanogpt":  # what scaled_dot_product_attention is called with, seen from outside
+        param.initialize(net, [0])
+        with Recorder() as seen:
+            net(torch.randint(0, 20, (2, 8)))
+        assert seen.scales == [pytest.approx(math.sqrt(8) / 16)]
+
+
+class Recorder(TorchFunctionMode):
+    def __enter__(self):
+        self.scales = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.scales.append((kwargs or {}).get("scale"))
+        return func(*args, **(kwargs or {}))
+
+
+def model_of(over, *more):
+    cfg = typed(*over, *SMALL, *more)
+    param = build.parameterization(cfg)
+    return param, build.model(cfg, param, runs=1, input_shape=(8,), output_dim=20)
+
+
+TWO_BY_TWO = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
+
+
+def batched_equals_alone(*cfg) -> None:
+    """Two seeds x two LRs trained batched and one run at a time: the same losses (float64, 1e-10)."""
+    cfg = [*cfg, "train.dtype=float64", "train.steps=3"]
+    batched = engine.train(build.job(typed(*cfg)), TWO_BY_TWO)
+    alone = engine.train(build.job(typed(*cfg, "engine.batched=false")), TWO_BY_TWO)
+    for a, b in zip(batched, alone, strict=True):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-10)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-10)
+    assert batched[0].history_loss != batched[1].history_loss  # the LRs did differ
+
+
+def test_batched_equals_one_at_a_time(family):
+    """Under mup: every multiplier and the attention scale in play."""
+    name, over = family
+    batched_equals_alone(*over, *SMALL, "width=16", "param=mup", "param.base_width=8")
+
+
+def test_a_short_sweep_under_standard_and_mup(family, cli, tmp_path):
+    name, over = family
+    code, _, err = cli("sweep", *over, *SMALL, "width=16,32", "param=standard,mup", "train.steps=4", "lr.log2_min=-8", "lr.log2_max=-7", f"results_dir={tmp_path}",
+                       "name=published")
+    assert code == 0, err
+    records = [json.loads(p.read_text()) for p in (tmp_path / "published").glob("*/record.json")]
+    assert len(records) == 4 and all(len(r["runs"]) == 2 for r in records)
+    assert all(run["final_loss"] is not None for r in records for run in r["runs"])
+    if name == "nanogpt":
+        assert "returns a loss of its own: it is ignored" in err
+
+
+def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
+    _, over = family
+    code, out, err = cli("sweep", *over, *SMALL, "width=15", "train.steps=2", f"results_dir={tmp_path}")
+    assert code == 2 and not list(tmp_path.rglob("record.json"))
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "width=15" in line and "is not divisible by" in line and "2" in line
+
+
+@pytest.mark.parametrize("given, line", [("vocab_size: 10", r"vocab_size=10 is smaller than the data's vocabulary \(20\)"),
+                                         ("n_positions: 4", r"n_positions=4 is smaller than the data's context length \(8\)")])
+def test_a_vocabulary_or_context_smaller_than_the_datas_is_one_line(given, line):
+    pytest.importorskip("transformers")
+    over = ["model=custom", "model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+            "model.width_key=n_embd", f"model.config_kwargs={{n_head: 2, {given}}}"]
+    with pytest.raises(ConfigError, match=line):
+        model_of(over, "width=16")
+
+
+KEYWORDS = """
+from torch import nn
+
+def net(hidden, blocks, input_shape, output_dim, sizes=None):
+    w = sizes[0] if sizes else hidden  # a channel list, where given
+    layers = [nn.Linear(input_shape[0], w), nn.ReLU()]
+    for _ in range(blocks):
+        layers += [nn.Linear(w, w), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(w, output_dim))
+"""
+
+
+@pytest.mark.parametrize("width_key, factor", [("hidden", 1), ("{hidden: 2}", 2), ("{hidden: 1, sizes: [3]}", 3)])
+def test_width_and_depth_as_keyword_arguments(tmp_path, width_key, factor):
+    """No config class: the width and depth go to the target under the names it takes them by
+    (a multiple of the width, or a list of multiples, where the mapping says so)."""
+    (tmp_path / "keywords.py").write_text(KEYWORDS)
+    _, net = model_of(["model=custom", f"model.target={tmp_path / 'keywords.py'}:net", f"model.width_key={width_key}",
+                       "model.depth_key=blocks", "data=teacher"], "width=8", "depth=2")
+    fans = [(a.fan_in, a.fan_out, a.role) for a in net.atoms()]
+    w = 8 * factor
+    assert fans == [(8, w, "input"), (w, w, "hidden"), (w, w, "hidden"), (w, 20, "output")]
+
+
+OUTPUTS = """
+from types import SimpleNamespace
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, width, input_shape, output_dim, form="tensor"):
+        super().__init__()
+        self.a, self.b, self.form = nn.Linear(input_shape[0], width), nn.Linear(width, output_dim), form
+
+    def forward(self, x):
+        y = self.b(torch.relu(self.a(x)))
+        if self.form == "tuple":
+            return y, y.sum()
+        if self.form == "dict":
+            return {"loss": None, "logits": y}
+        if self.form == "object":
+            return SimpleNamespace(scores=y, hidden=x)
+        return y
+"""
+
+
+@pytest.mark.parametrize("form, output", [("tuple", ""), ("dict", ""), ("object", "scores"), ("tuple", "0")])
+def test_logits_as_they_come(tmp_path, capsys, form, output):
+    """A tuple's first element, a dict's logits, a named attribute: the same training as a tensor."""
+    (tmp_path / "outputs.py").write_text(OUTPUTS)
+    over = ["model=custom", f"model.target={tmp_path / 'outputs.py'}:Net", "width=8", "train.steps=5",
+            "train.batch_size=4", "data.eval_size=8", "engine.device=cpu", "train.dtype=float64"]
+    runs = [Run(log2_lr=e, seed=0) for e in (-8, -5)]
+    plain = engine.train(build.job(typed(*over)), runs)
+    shaped = engine.train(build.job(typed(*over, f"model.kwargs={{form: {form}}}", f"model.output={output}")), runs)
+    assert [r.history_loss for r in shaped] == [r.history_loss for r in plain]
+    assert ("returns a loss of its own: it is ignored" in capsys.readouterr().err) == (form == "tuple")
+
+
+def test_logits_that_cannot_be_found_are_one_line(tmp_path):
+    (tmp_path / "outputs.py").write_text(OUTPUTS)
+    over = ["model=custom", f"model.target={tmp_path / 'outputs.py'}:Net", "width=8", "model.kwargs={form: object}",
+            "engine.device=cpu"]
+    with pytest.raises(ConfigError, match=r"returns a SimpleNamespace with scores, hidden: say where its logits are "
+                                          r"with model.output=NAME"):
+        engine.train(build.job(typed(*over)), [Run(log2_lr=-8, seed=0)])
+    with pytest.raises(ConfigError, match=r"model.output=logits: .* returns a SimpleNamespace with scores, hidden, "
+                                          r"which has no 'logits'"):
+        engine.train(build.job(typed(*over, "model.output=logits")), [Run(log2_lr=-8, seed=0)])
+
+
+def test_a_transformers_config_gets_no_cache_and_no_token_ids_past_the_vocabulary():
+    """The data's 20 tokens replace GPT-2's 50257: its bos/eos id 50256 would name no token (and
+    transformers warns of it at every build); a key/value cache serves generation, not training."""
+    pytest.importorskip("transformers")
+    over = ["model=custom", "model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+            "model.width_key=n_embd", "model.config_kwargs={n_head: 2}"]
+    config = model_of(over, "width=16")[1].net.config
+    assert (config.vocab_size, config.n_positions, config.use_cache) == (20, 8, False)
+    assert config.bos_token_id is None and config.eos_token_id is None
+    kept = model_of([*over[:-1], "model.config_kwargs={n_head: 2, use_cache: true, eos_token_id: 3}"], "width=16")
+    assert (kept[1].net.config.use_cache, kept[1].net.config.eos_token_id) == (True, 3)
