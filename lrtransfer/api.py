@@ -54,7 +54,7 @@ def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: s
     within `budget` run-steps (20000) or wall time ("90m"); "adaptive" then says how each
     group ended (its rounds, run-steps, seeds and LRs per scale, and what would decide it).
     """
-    from lrtransfer.sweeps.adaptive import outcome_dict, until_decided_overrides
+    from lrtransfer.sweeps.outcome import outcome_dict, until_decided_overrides
     from lrtransfer.sweeps.launch import SweepReport, launch
 
     argv = _argv(overrides)

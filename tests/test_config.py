@@ -99,3 +99,34 @@ def test_a_pair_may_have_its_own_lr_grid():
     assert typed("param=modular").lr == typed("param=modular", "optim=sgd").lr
     assert typed("param=mup").lr == typed().lr
     assert typed("param=equalized", "lr.log2_max=-2").lr.log2_max == -2  # the command line still wins
+
+
+def test_the_grid_schema_travels_by_name_and_keeps_its_fields():
+    """A launcher (submitit) sends a job's config to a worker and back: the run-time classes of
+    the `grid` node must be pickled by reference, or cloudpickle writes a copy's fields over the
+    original's and every later config in the process loses its `grid` keys."""
+    import dataclasses
+    import pickle
+
+    import cloudpickle
+
+    from lrtransfer.config import grid_schema
+
+    root = grid_schema()
+    assert pickle.loads(pickle.dumps(root)) is root
+    cloudpickle.loads(cloudpickle.dumps(root()))
+    assert [f.name for f in dataclasses.fields(root)] == ["param", "optim"]
+    assert typed("grid.optim.weight_decay=[0,0.1]").grid.optim.weight_decay == [0.0, 0.1]
+
+
+def test_keys_added_to_an_option_keep_the_ids_of_jobs_run_before_them():
+    """model=custom's keys for published models (config, width_key, ...) at their defaults compute
+    what a custom job computed before they existed: its identity is the same; set, they change it."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(compose("model=custom", "model.target=examples/mynets.py:build"), resolve=True,
+                                 enum_to_str=True)
+    before = {**cfg, "model": {k: v for k, v in cfg["model"].items()
+                               if k not in ("config", "config_kwargs", "width_key", "depth_key", "output")}}
+    assert semantic(cfg) == semantic(before)
+    assert semantic({**cfg, "model": {**cfg["model"], "width_key": "n_embd"}}) != semantic(before)

@@ -244,7 +244,7 @@ def test_files_get_the_umask_mode(cli, tmp_path):
 
 
 def test_the_interrupt_message_says_whether_a_rerun_resumes():
-    from lrtransfer.sweeps.launch import SweepReport, _interrupted_message
+    from lrtransfer.sweeps.multirun import SweepReport, _interrupted_message
 
     saved = SweepReport(returns=[{"status": "complete"}, {"status": "interrupted", "checkpoint": True}])
     assert "1 running job(s) saved a checkpoint: re-run the same command to resume them" in _interrupted_message(saved)

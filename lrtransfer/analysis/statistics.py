@@ -107,11 +107,17 @@ def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False, window:
 
 def windowed_vertex(x: np.ndarray, s: np.ndarray, i: np.ndarray, window: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vertex, value there and curvature (B,) of the least-squares parabola through the finite
-    points of each row of `s` (B, L) within `window` of its grid minimum x[i]; the vertex kept
-    within those points. Curvature 0 (no parabola) where fewer than three points are in the window."""
+    points of each row of `s` (B, L) within `window` of its grid minimum x[i], or out to its
+    nearest finite neighbour on either side where that is further (a coarse grid's parabola is
+    its three points'); the vertex kept within those points. Curvature 0 (no parabola) where
+    fewer than three points are in reach."""
     x0 = x[i][:, None]  # (B, 1)
     u = x[None, :] - x0  # (B, L)
-    m = (np.abs(u) <= window + 1e-9) & np.isfinite(s)
+    finite = np.isfinite(s)
+    left = np.where(finite & (u < -1e-9), -u, np.inf).min(1)  # (B,) distance to the nearest finite LR below
+    right = np.where(finite & (u > 1e-9), u, np.inf).min(1)
+    reach = np.maximum(window, np.where(np.isfinite(np.maximum(left, right)), np.maximum(left, right), window))
+    m = (np.abs(u) <= reach[:, None] + 1e-9) & finite
     uz, sz = np.where(m, u, 0.0), np.where(m, s, 0.0)
     S = [np.sum(m * uz**k, 1) for k in range(5)]  # sums of u^0 .. u^4 over the window
     T = [np.sum(uz**k * sz, 1) for k in range(3)]

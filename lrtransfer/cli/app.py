@@ -49,7 +49,7 @@ def sweep(
     ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
-    from lrtransfer.sweeps.adaptive import until_decided_overrides
+    from lrtransfer.sweeps.outcome import until_decided_overrides
     from lrtransfer.sweeps.launch import launch
     from lrtransfer.training import stop
 

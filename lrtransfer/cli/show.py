@@ -189,7 +189,7 @@ def adaptive_round(r) -> None:
     verdict so far, the run-steps spent and what the next round trains."""
     from rich.table import Table
 
-    from lrtransfer.sweeps.adaptive import next_words
+    from lrtransfer.sweeps.outcome import next_words
 
     console = wide_console()
     of = f" of {r.budget:,}" if r.budget else ""
@@ -223,7 +223,8 @@ def adaptive_round(r) -> None:
 def adaptive_outcome(outcome) -> None:
     """How each group of an adaptive sweep ended: decided (its verdict), or undecided and why, with
     the cheapest next step."""
-    from lrtransfer.sweeps.adaptive import settings_of, undecided_words
+    from lrtransfer.sweeps.adaptive import settings_of
+    from lrtransfer.sweeps.outcome import undecided_words
 
     console = wide_console()
     console.print(f"adaptive sweep: {outcome.rounds} round(s), {outcome.spent:,} run-steps"

@@ -180,9 +180,29 @@ def grid_schema() -> type:
     for group in GROUPS:
         keys = sorted({k for o in options.of(group).values() for k in getattr(o, "PER_RUN", ())})
         if keys:
-            node = make_dataclass(f"{group.title()}Grid", [(k, Optional[List[float]], None) for k in keys])
+            node = _importable(make_dataclass(f"{group.title()}Grid", [(k, Optional[List[float]], None) for k in keys]))
             nodes.append((group, node, field(default_factory=node)))
-    return make_dataclass("InnerGrid", nodes)
+    return _importable(make_dataclass("InnerGrid", nodes))
+
+
+def _importable(cls: type) -> type:
+    """A class made at run time, found by name in this module (`__getattr__` below), so that
+    pickle refers to it instead of copying it: a launcher (submitit) sends a job's config to
+    another process and back, and cloudpickle, meeting its own copy of a class on the way back,
+    writes the copy's fields over the original's, after which `dataclasses.fields` no longer
+    recognises them and every later config in the process loses its `grid`."""
+    cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    return cls
+
+
+def __getattr__(name: str):
+    """`InnerGrid`, `OptimGrid`, ...: the classes `grid_schema` makes, for unpickling by name."""
+    if name.endswith("Grid"):
+        root = grid_schema()
+        found = {root.__name__: root, **{f.type.__name__: f.type for f in fields(root) if isinstance(f.type, type)}}
+        if name in found:
+            return found[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register() -> None:

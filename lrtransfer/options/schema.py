@@ -101,6 +101,12 @@ def location(default: Any) -> Any:
     return field(default=default, metadata={"location": True})
 
 
+def added(default: Any) -> Any:
+    """A field added to an option after jobs ran without it, whose default computes what they
+    computed: at its default it is left out of a job's identity, so their ids (and records) stay."""
+    return field(default=default, metadata={"added": True})
+
+
 def odd_kernel(k: int) -> None:
     """Same-size zero padding needs an odd filter, k = 2l + 1 (the lecture notes' Conv1D-S)."""
     if not (k > 0 and k % 2 == 1):

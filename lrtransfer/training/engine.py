@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -31,7 +31,8 @@ from torch import Tensor
 from lrtransfer.training import stop
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.training.memory import chunk_size
-from lrtransfer.training.precision import autocast, matmul_precision, precision
+from lrtransfer.training.precision import autocast, matmul_precision
+from lrtransfer.training.results import RunResult, results_of
 from lrtransfer.training.schedule import lr_factor
 
 if TYPE_CHECKING:
@@ -45,22 +46,6 @@ class Run:
     seed: int
     # The run's own value of each per-run key (`grid.<key>`), e.g. (("optim.weight_decay", 0.01),).
     grid: tuple[tuple[str, float], ...] = ()
-
-
-@dataclass
-class RunResult:
-    log2_lr: float
-    lr: float  # 2**log2_lr
-    seed: int
-    initial_loss: float | None
-    final_loss: float | None  # mean training loss over the final window; None if diverged
-    diverged: bool
-    diverged_step: int | None
-    eval_loss: float | None = None
-    eval_acc: float | None = None
-    history_step: list[int] = field(default_factory=list)
-    history_loss: list[float | None] = field(default_factory=list)
-    grid: dict[str, float] = field(default_factory=dict)  # the run's per-run values (`Run.grid`)
 
 
 def data_seed(seed: int) -> int:
@@ -270,7 +255,7 @@ class Ensemble:
         self.step_index = self.checked = self.reported = state["step_index"]
 
     def results(self) -> list[RunResult]:
-        return _results(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
+        return results_of(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
 
 
 def per_run_values(runs: Sequence[Run], device: torch.device) -> dict[str, Tensor]:
@@ -345,64 +330,4 @@ def _freeze(dead: list[int], slots, opt, lr_alive: Tensor) -> None:
     for t in [s.tensor for s in slots] + list(opt.state):
         t[idx] = 0
 
-
-@torch.no_grad()
-def _results(train, runs, task: Task, model, history: Tensor, alive: Tensor, diverged_step) -> list[RunResult]:
-    K, steps = history.shape
-    hist = history.cpu().double()
-    window = max(1, math.ceil(train.final_window * steps))
-    final = hist[:, steps - window :].mean(1)
-    eval_loss = eval_acc = None
-    ev = task.eval_set()
-    if ev is not None:
-        with precision(train.dtype.value, history.device):
-            eval_loss, eval_acc = _evaluate(model, task, *ev)
-    keep = sorted(set(torch.linspace(0, steps - 1, min(steps, train.history_points)).round().long().tolist()))
-
-    out = []
-    for k, run in enumerate(runs):
-        ok = bool(alive[k])
-        stop = steps if ok else diverged_step[k] + 1
-        idx = [i for i in keep if i < stop]
-        if not ok and (not idx or idx[-1] != stop - 1):
-            idx.append(stop - 1)  # always keep the step where it diverged
-        losses = [_finite(hist[k, i]) for i in idx]
-        out.append(
-            RunResult(
-                log2_lr=round(run.log2_lr, 10),
-                lr=2.0**run.log2_lr,
-                seed=run.seed,
-                initial_loss=_finite(hist[k, 0]),
-                final_loss=float(final[k]) if ok else None,
-                diverged=not ok,
-                diverged_step=None if ok else diverged_step[k],
-                eval_loss=float(eval_loss[k]) if ok and eval_loss is not None else None,
-                eval_acc=float(eval_acc[k]) if ok and eval_acc is not None else None,
-                history_step=idx,
-                history_loss=losses,
-                grid=dict(run.grid),
-            )
-        )
-    return out
-
-
-def _evaluate(model, task: Task, x: Tensor, y: Tensor, predictions: int = 1024) -> tuple[Tensor, Tensor]:
-    """Held-out mean loss and accuracy of each run, (K,) each, on the host.
-
-    Every example holds the same number of predictions (1, or T for tokens); chunks
-    of about `predictions` of them bound the memory of the logits.
-    """
-    chunk = max(1, predictions // y[0].numel())
-    loss_sum = correct = 0
-    for i in range(0, len(y), chunk):
-        logits = model(x[i : i + chunk])  # (K, n, C) or (K, n, T, V)
-        n = len(y[i : i + chunk])
-        loss_sum = loss_sum + task.losses(logits, y[i : i + chunk]).double() * n
-        correct = correct + task.correct(logits, y[i : i + chunk])
-    return (loss_sum / len(y)).cpu(), (correct.double() / y.numel()).cpu()
-
-
-def _finite(v: Tensor) -> float | None:
-    v = float(v)
-    return v if math.isfinite(v) else None
 

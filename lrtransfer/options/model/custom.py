@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 
 import torch
 from omegaconf import OmegaConf
-from torch import nn
 
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import assign_roles, find_readout, layers_of
 from lrtransfer.nn.wrapped import Custom
 from lrtransfer.options.model.target import ARGUMENTS, check_keys, construct, load, source_hash
-from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR
+from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
 
 
 @dataclass
@@ -51,16 +50,16 @@ class CustomOptions:
     # A published model's own config class (package.module:NAME or path/file.py:NAME: a dataclass
     # such as nanoGPT's GPTConfig, or a transformers config): the target is called with one,
     # built from config_kwargs plus the width, depth, vocabulary and context fields.
-    config: str = ""
-    config_kwargs: Any = None  # a mapping, as kwargs
+    config: str = added("")
+    config_kwargs: Any = added(None)  # a mapping, as kwargs
     # The field the width goes into (n_embd, hidden_size), or a mapping of fields to multiples of
     # the width ('{hidden_size: 1, intermediate_size: 4}'; a list of multiples for a channel list);
     # "" passes `width` to a factory that names it. depth_key likewise for the depth (n_layer).
-    width_key: Any = ""
-    depth_key: str = ""
+    width_key: Any = added("")
+    depth_key: str = added("")
     # Where the logits are in what the forward returns: "" infers (a tensor; the `logits` of an
     # output object or dict; the first element of a tuple), else an attribute, key or index.
-    output: str = ""
+    output: str = added("")
     # The target file's content hash (the conf file fills it in: `${lrt_source:...}`), so
     # that a job's identity changes when the model's code does.
     source: str = ""

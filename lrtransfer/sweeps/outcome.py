@@ -1,0 +1,100 @@
+"""What an adaptive sweep says: its input as config overrides, what the next round trains,
+how each group ended (decided, or undecided with the cheapest next step), as words and data.
+"""
+
+from __future__ import annotations
+
+from lrtransfer.errors import UserError
+from lrtransfer.sweeps import rounds
+from lrtransfer.sweeps.adaptive import GroupRun, Outcome, settings_of
+
+
+def until_decided_overrides(until_decided: bool, budget: str | int | None) -> list[str]:
+    """`--until-decided [--budget B]` as config overrides: B in run-steps (20000), or a wall time
+    (600s, 90m, 2h). A budget alone is refused: it limits an adaptive sweep only."""
+    if budget is not None and not until_decided:
+        raise UserError(f"--budget {budget} limits an adaptive sweep: add --until-decided")
+    if not until_decided:
+        return []
+    if budget is None:
+        return ["adaptive.enabled=true"]
+    text = str(budget).strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            value = float(text[:-1]) * units[text[-1]]
+            key = "adaptive.budget_s"
+        else:
+            value = float(text.replace("_", "").replace(",", ""))
+            key = "adaptive.budget"
+            if value != int(value):
+                raise ValueError
+            value = int(value)
+    except ValueError:
+        raise UserError(f"--budget {budget!r}: give run-steps (20000) or a time (600s, 90m, 2h)") from None
+    if not value > 0:
+        raise UserError(f"--budget must be positive, got {budget!r}")
+    return ["adaptive.enabled=true", f"{key}={value}"]
+
+
+# ---------------------------------------------------------------- the base jobs and their groups
+
+
+def next_words(step: rounds.Step | None, axis: str) -> str:
+    """What a group's next round trains, per scale: new LRs (each with every seed), new seeds."""
+    if step is None or not step.requests:
+        return ""
+    parts = []
+    for scale in dict.fromkeys(rq.scale for rq in step.requests):
+        mine = [rq for rq in step.requests if rq.scale == scale]
+        lrs = sorted({v for rq in mine if rq.why != "seed" for v in rq.block.values()})
+        seeds = sorted({rq.seed for rq in mine if rq.why == "seed"})
+        what = []
+        if lrs:
+            what.append(f"log2 LR {', '.join(f'{v:g}' for v in lrs)}")
+        if seeds:
+            n = len({v for rq in mine if rq.why == "seed" for v in rq.block.values()})
+            what.append(f"seed {', '.join(map(str, seeds))} on its {n} LRs")
+        parts.append(f"{axis} {scale:g}: {' + '.join(what)}")
+    return "; ".join(parts)
+
+
+def undecided_words(g: GroupRun, settings: rounds.Settings) -> str:
+    """'undecided after N run-steps', the interval, and the cheapest next step that would decide it."""
+    a = g.analysis
+    ci = "no interval" if a is None or a.drift_ci is None else f"drift {a.drift:+.2f} [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
+    why = {"budget": "the budget is spent", "out of seeds": "every scale that widens the interval has its "
+           f"adaptive.max_seeds={settings.max_seeds} seeds", "stuck": "an optimum cannot be located on the grids allowed",
+           "failed": "a job failed"}.get(g.end, g.end)
+    line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
+    if a is None or g.end in ("stuck", "failed"):
+        return line
+    if g.step is not None and g.step.state == "refining" and g.step.requests:  # cut short while refining
+        cost = g.cost(g.step.requests)
+        line += f"; the next round refines the optima ({next_words(g.step, g.axis)}: {cost:,} run-steps)"
+        if rounds.decided(a.drift_ci, settings.tolerance):
+            return line + (f", though the interval already lies {'inside' if a.verdict == 'transfers' else 'outside'} the "
+                           f"band; re-run with a budget of {g.spent + cost:,} or more to finish")
+        return line + "; then seeds will be needed: re-run with a larger budget"
+    extra = rounds.cheapest_decision(a, g.states, g.runs_per_seed(), settings)
+    if extra is None:
+        return line + "; no number of seeds is expected to decide it (the drift sits at the band's edge)"
+    cost = sum(k * g.runs_per_seed()[sc] for sc, k in extra.items())
+    seeds = ", ".join(f"{k} at {g.axis} {sc:g}" for sc, k in sorted(extra.items()))
+    return (line + f"; cheapest next step: {sum(extra.values())} more seed(s) ({seeds}), about {cost:,} run-steps, "
+            f"if the drift stays near {a.drift:+.2f} (re-run with a budget of {g.spent + cost:,} or more)")
+
+
+def outcome_dict(outcome: Outcome) -> dict:
+    """An adaptive sweep's outcome as plain data (the Python API's `result["adaptive"]`)."""
+    groups = []
+    for g in outcome.groups:
+        a = g.analysis
+        settings = settings_of(next(iter(g.bases.values())).typed)
+        groups.append({"fixed": g.fixed, "axis": g.axis, "end": g.end, "run_steps": g.spent,
+                       "verdict": None if a is None else a.verdict, "drift": None if a is None else a.drift,
+                       "drift_ci": None if a is None or a.drift_ci is None else list(a.drift_ci),
+                       "seeds": {sc: len(st.seeds) for sc, st in g.states.items()},
+                       "lrs": {sc: st.points() for sc, st in g.states.items()},
+                       "undecided": None if g.end == "decided" else undecided_words(g, settings)})
+    return {"rounds": outcome.rounds, "run_steps": outcome.spent, "budget": outcome.budget, "groups": groups}
