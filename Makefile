@@ -1,6 +1,6 @@
 # The two set-up commands of the README. Each creates .venv on first use.
 #   make demo   install, run the default study, write its figure
-#   make test   install, run the test suite
+#   make test   install, run the test suite (one worker per core: pytest-xdist)
 # TORCH picks the PyTorch build: the default is the CPU-or-CUDA wheel of 2.13.0
 # (on this project's CI machines, a CPU build on local disk).
 PYTHON ?= python3
@@ -23,7 +23,7 @@ demo: install
 	$(BIN)/lrtransfer plot results/width
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 # make docs   install; build the documentation site (docs/, mkdocs.yml) into site/
 .PHONY: docs
