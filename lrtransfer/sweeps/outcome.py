@@ -78,11 +78,16 @@ def undecided_words(g: GroupRun, settings: rounds.Settings) -> str:
         return line + "; then seeds will be needed: re-run with a larger budget"
     extra = rounds.cheapest_decision(a, g.states, g.runs_per_seed(), settings)
     if extra is None:
-        return line + "; no number of seeds is expected to decide it (the drift sits at the band's edge)"
+        return line + (f"; not even {rounds.MAX_EXTRA_SEEDS:,} more seeds are expected to decide it: the drift, "
+                       f"{a.drift:+.2f}, sits too near the band's edge (+-{settings.tolerance:g})")
     cost = sum(k * g.runs_per_seed()[sc] for sc, k in extra.items())
     seeds = ", ".join(f"{k} at {g.axis} {sc:g}" for sc, k in sorted(extra.items()))
+    most = max(len(g.states[sc].seeds) + k for sc, k in extra.items())
+    how = [f"a budget of {g.spent + cost:,} or more"] if g.end == "budget" else []
+    if most > settings.max_seeds:
+        how.append(f"adaptive.max_seeds={most}")
     return (line + f"; cheapest next step: {sum(extra.values())} more seed(s) ({seeds}), about {cost:,} run-steps, "
-            f"if the drift stays near {a.drift:+.2f} (re-run with a budget of {g.spent + cost:,} or more)")
+            f"if the drift and its noise stay as they are" + (f": re-run with {' and '.join(how)}" if how else ""))
 
 
 def outcome_dict(outcome: Outcome) -> dict:
