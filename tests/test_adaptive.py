@@ -121,6 +121,26 @@ def test_a_budget_too_small_ends_undecided_with_the_interval_and_the_next_step(c
     assert "cheapest next step" in text or "not even" in text or "refines the optima" in text
 
 
+def test_a_round_the_budget_cut_short_names_the_budget_that_trains_all_of_it(tmp_path):
+    """The next step of a sweep whose last round was trained in part is the rest of that round
+    (a re-run replays the rounds before it and completes it first), not what its partial records
+    would plan next; the budget it names does train that whole round."""
+    import re
+
+    import lrtransfer
+
+    args = [a for a in ADAPT if not a.startswith("--")] + [f"results_dir={tmp_path}", "name=c"]
+    cut = lrtransfer.sweep(args, until_decided=True, budget=300)["adaptive"]
+    (g,) = cut["groups"]
+    said = re.search(r"the budget cut round (\d+) short, .* re-run with a budget of ([\d,]+) or more", g["undecided"])
+    assert g["end"] == "budget" and said, g["undecided"]
+    index, needs = int(said.group(1)), int(said.group(2).replace(",", ""))
+    assert cut["run_steps"] < needs
+    whole = lrtransfer.sweep(args, until_decided=True, budget=needs)["adaptive"]
+    assert whole["rounds"] == index and whole["run_steps"] == needs
+    assert "cut round" not in (whole["groups"][0]["undecided"] or "")
+
+
 def test_the_plan_of_an_adaptive_sweep_shows_round_one_and_the_budget(cli, tmp_path):
     code, out, err = cli("sweep", "--plan", *ADAPT, "--budget", "2h", f"results_dir={tmp_path}", "name=p")
     assert code == 0, err

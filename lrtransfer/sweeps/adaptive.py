@@ -38,6 +38,16 @@ class Base:
 
 
 @dataclass
+class Cut:
+    """A round the budget let train in part: a re-run with more budget replays the rounds before
+    it and trains the rest of it first, so the next step is that rest, whatever was planned later."""
+
+    index: int
+    needs: int  # the budget that trains the whole round: run-steps before it + its cost
+    left_out: list  # its requests not trained
+
+
+@dataclass
 class GroupRun:
     """One group of the sweep as the rounds go: its scales' states, its jobs, its latest analysis."""
 
@@ -50,6 +60,7 @@ class GroupRun:
     analysis: object = None  # the latest `analysis.Group`
     step: rounds.Step | None = None
     end: str | None = None  # decided | stuck | out of seeds | budget | failed
+    cut: Cut | None = None  # the first round the budget cut short, if one was
 
     @property
     def label(self) -> str:
@@ -135,7 +146,7 @@ def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
             if not g.end and g.step and not g.step.requests:
                 g.end = g.step.state
         spent = sum(g.spent for g in groups)
-        requests, trimmed = _within_budget(groups, requests, spent, budget, budget_s, started, report)
+        requests, trimmed = _within_budget(groups, requests, spent, budget, budget_s, started, index + 1)
         lines += trimmed
         if on_round is not None and not plan_only:
             on_round(Round(index, groups, spent, budget, lines))
@@ -269,9 +280,10 @@ def _analyse(groups: list[GroupRun], metric: str, settings: rounds.Settings) -> 
 
 
 # ---------------------------------------------------------------- the budget
-def _within_budget(groups, requests, spent, budget, budget_s, started, report):
-    """The next round cut to what the budget leaves (in run-steps, or in seconds at the rate
-    measured so far); a group whose next step does not fit at all ends undecided ("budget")."""
+def _within_budget(groups, requests, spent, budget, budget_s, started, index):
+    """Round `index` cut to what the budget leaves (in run-steps, or in seconds at the rate
+    measured so far); a group whose next step does not fit at all ends undecided ("budget"),
+    and the first round of a group trained in part is kept as its `cut`."""
     lines = []
     left = None if budget is None else budget - spent
     if budget_s is not None:
@@ -289,6 +301,8 @@ def _within_budget(groups, requests, spent, budget, budget_s, started, report):
             g.end = "budget"
         elif len(kept) < len(asked):
             lines.append(f"{g.label}: the budget leaves room for part of the next round only")
+            if g.cut is None:
+                g.cut = Cut(index, g.spent + g.cost(asked), [rq for rq in asked if not any(rq is k for k in kept)])
         out[id(g)] = kept
     return out, lines
 

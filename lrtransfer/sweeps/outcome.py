@@ -69,13 +69,19 @@ def undecided_words(g: GroupRun, settings: rounds.Settings) -> str:
     line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
     if a is None or g.end in ("stuck", "failed"):
         return line
+    if g.end == "budget" and g.cut is not None:  # a round trained in part: its rest comes first
+        left_out = g.cost(g.cut.left_out)
+        return line + (f"; the budget cut round {g.cut.index} short, leaving out "
+                       f"{next_words(rounds.Step(g.cut.left_out), g.axis)} ({left_out:,} run-steps): re-run with a budget "
+                       f"of {g.cut.needs:,} or more to train all of it; later rounds follow from what it measures")
     if g.step is not None and g.step.state == "refining" and g.step.requests:  # cut short while refining
         cost = g.cost(g.step.requests)
         line += f"; the next round refines the optima ({next_words(g.step, g.axis)}: {cost:,} run-steps)"
         if rounds.decided(a.drift_ci, settings.tolerance):
-            return line + (f", though the interval already lies {'inside' if a.verdict == 'transfers' else 'outside'} the "
-                           f"band; re-run with a budget of {g.spent + cost:,} or more to finish")
-        return line + "; then seeds will be needed: re-run with a larger budget"
+            line += (f", though the interval already lies {'inside' if a.verdict == 'transfers' else 'outside'} "
+                     "the band")
+        return line + (f"; re-run with a budget of {g.spent + cost:,} or more to train it; later rounds follow from "
+                       "what it measures")
     extra = rounds.cheapest_decision(a, g.states, g.runs_per_seed(), settings)
     if extra is None:
         return line + (f"; not even {rounds.MAX_EXTRA_SEEDS:,} more seeds are expected to decide it: the drift, "
