@@ -19,7 +19,7 @@ plus, for each seed, a shift of its optimum and independent noise at every LR, o
 measured sizes.
 
     python scripts/adaptive_coverage.py --write-model results/width results/fine   # see write_model
-    python scripts/adaptive_coverage.py [--studies 1000] [--workers 2]
+    python scripts/adaptive_coverage.py [--studies 3000] [--workers 2] [--first-seed 0]
 """
 
 from __future__ import annotations
@@ -169,6 +169,14 @@ def one(args):
             "width": None if ci is None else ci[1] - ci[0]}
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95% interval for a proportion k/n: how far a batch of studies pins the coverage down."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
 def report(results: list[dict], fixed_cost: int) -> list[str]:
     lines = [f"{'true drift':>10} {'studies':>7} {'coverage':>8} {'decided':>7} {'wrong':>6} {'undecided':>9} "
              f"{'mean width':>10} {'run-steps (median)':>18} {'of fixed 3 seeds':>16}"]
@@ -184,7 +192,9 @@ def report(results: list[dict], fixed_cost: int) -> list[str]:
     n = len(results)
     transfer = [r for r in results if abs(r["drift"]) <= TOLERANCE]
     drifting = [r for r in results if abs(r["drift"]) > TOLERANCE]
-    lines.append(f"all {n} studies: coverage {np.mean([r['covered'] for r in results]):.3f}; "
+    lo, hi = wilson(sum(r["covered"] for r in results), n)
+    lines.append(f"all {n} studies: coverage {np.mean([r['covered'] for r in results]):.3f} "
+                 f"(the simulation's own 95% interval: {lo:.3f}-{hi:.3f}); "
                  f"truly transfers, decided 'drifts': {sum(r['verdict'] in ('drifts down', 'drifts up') for r in transfer) / max(1, len(transfer)):.3f}; "
                  f"truly drifts, decided 'transfers': {sum(r['verdict'] == 'transfers' for r in drifting) / max(1, len(drifting)):.3f}")
     return lines
@@ -194,7 +204,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write-model", type=Path, nargs=2, metavar=("STUDY", "FINE"),
                    help="write scripts/curve_model.json from a fixed-grid study and a fine-grid one (see write_model)")
-    p.add_argument("--studies", type=int, default=1000, help="simulated studies in all, spread over the true drifts")
+    p.add_argument("--studies", type=int, default=3000, help="simulated studies in all, spread over the true drifts")
+    p.add_argument("--first-seed", type=int, default=0, help="the first study's random seed (another batch: 1000)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--resamples", type=int, default=N_RESAMPLES)
     p.add_argument("--model", type=Path, default=MODEL)
@@ -208,14 +219,14 @@ def main() -> None:
     model = json.loads(a.model.read_text())
     settings = rounds.Settings(log2_min=model["lr_min"], log2_max=model["lr_max"], coarse_step=2.0, resolution=0.25,
                                max_seeds=10, extend=4.0)
-    jobs = [(model, TRUTHS[i % len(TRUTHS)], i, settings, a.resamples) for i in range(a.studies)]
+    jobs = [(model, TRUTHS[i % len(TRUTHS)], a.first_seed + i, settings, a.resamples) for i in range(a.studies)]
     started = time.time()
     with ProcessPoolExecutor(a.workers) as pool:
         results = list(pool.map(one, jobs, chunksize=4))
     grid = int(round((model["lr_max"] - model["lr_min"]) / 1.0)) + 1
     fixed_cost = len(model["widths"]) * grid * 3 * model["steps"]
     print(f"{a.studies} simulated adaptive studies on {a.model.name} ({model['source']}), "
-          f"{a.resamples} resamples, {time.time() - started:.0f} s")
+          f"seeds {a.first_seed}..{a.first_seed + a.studies - 1}, {a.resamples} resamples, {time.time() - started:.0f} s")
     for line in report(results, fixed_cost):
         print(line)
 
