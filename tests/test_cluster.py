@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TINY, lrtransfer_cmd
+from tests.test_adaptive import SHORT, short_reference, short_run  # noqa: F401  (fixtures)
+from tests.test_adaptive import records as adaptive_records
 from tests.test_launchers import in_process, needs, records  # noqa: F401  (in_process: a fixture)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cluster_check.sh"
@@ -247,6 +249,24 @@ def test_ray_cluster_sweep_equals_in_process(ray_head, tmp_path, in_process):
                  f"hydra.launcher.ray.init.address={ray_head['LRT_RAY_ADDRESS']}", f"results_dir={tmp_path}", "name=s")
     assert proc.returncode == 0, proc.stderr
     assert records(tmp_path / "s") == in_process
+
+
+@pytest.mark.cluster
+def test_slurm_runs_each_round_of_an_adaptive_sweep(slurm, tmp_path, short_reference):
+    """Each round is one multirun through the scheduler; every job of every round equals the
+    in-process adaptive sweep's, bit for bit."""
+    proc = sweep(slurm, *SHORT, *SLURM, f"results_dir={tmp_path}", "name=s")
+    assert proc.returncode == 0, proc.stderr
+    assert "round 2" in proc.stdout and adaptive_records(tmp_path / "s") == short_reference
+
+
+@pytest.mark.cluster
+@needs("hydra_plugins.hydra_ray_launcher")
+def test_ray_cluster_runs_each_round_of_an_adaptive_sweep(ray_head, tmp_path, short_reference):
+    proc = sweep(ray_head, *SHORT, "hydra/launcher=ray_cluster",
+                 f"hydra.launcher.ray.init.address={ray_head['LRT_RAY_ADDRESS']}", f"results_dir={tmp_path}", "name=s")
+    assert proc.returncode == 0, proc.stderr
+    assert "round 2" in proc.stdout and adaptive_records(tmp_path / "s") == short_reference
 
 
 # --- preemption and time limits on the real scheduler ------------------------

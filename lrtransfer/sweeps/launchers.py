@@ -37,11 +37,13 @@ def connect_ray(init: dict) -> None:
     address = init.get("address")
     if address in (None, "", "local"):
         return
+    import ray
+
+    if ray.is_initialized():  # an earlier multirun of this process (an adaptive sweep's round) connected
+        return
     key = "hydra.launcher.ray.init.address"
     if address != "auto":
         _probe(key, str(address))
-    import ray
-
     try:
         ray.init(**{"logging_level": "warning", **init})
     except ConnectionError as e:
