@@ -18,7 +18,6 @@ broken test cannot hang forever.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -48,16 +47,16 @@ def wait_at_gate() -> None:
         time.sleep(POLL_S)
 
 
+# The network is the example model file's MLP (examples/mynets.py), loaded as model.target loads it.
+MLP = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+
+
 class GatedMLP(nn.Module):
     def __init__(self, width, depth, input_shape, output_dim):
         super().__init__()
-        layers = [nn.Flatten()] if len(input_shape) > 1 else []
-        fan_in = math.prod(input_shape)
-        for _ in range(depth - 1):
-            layers += [nn.Linear(fan_in, width), nn.ReLU()]
-            fan_in = width
-        layers.append(nn.Linear(fan_in, output_dim))
-        self.net = nn.Sequential(*layers)
+        from lrtransfer.options.model.target import load
+
+        self.net = load(f"{MLP}:build")(width, depth, input_shape, output_dim)
 
     def forward(self, x):
         if x.device.type != "meta":  # sizing and shape checks run on the meta device: never wait there

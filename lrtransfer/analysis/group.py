@@ -190,8 +190,10 @@ def transferred_lr(cv: pd.DataFrame, scales: list, best: float | None, maximize:
     where the other scales did not all measure that one (an adaptive sweep's refined LRs), its
     best among the LRs every scale measured. On a fixed grid the two are the same."""
     shared = set.intersection(*(set(cv.loc[cv["scale"] == s, "log2_lr"]) for s in scales))
-    if best is None or best in shared or not shared:
-        return best if best is None or best in shared else None
+    if best is None or best in shared:
+        return best
+    if not shared:
+        return None
     first = cv[(cv["scale"] == scales[0]) & cv["log2_lr"].isin(shared)].dropna(subset=["mean"])
     if first.empty:
         return None

@@ -85,16 +85,16 @@ def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False, window:
     interior = found & has_l & has_r & np.isfinite(yl) & np.isfinite(yr)
 
     xl, x0, xr = x[il], x[i], x[ir]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d1 = (y0 - yl) / (x0 - xl)  # Newton form: p(x) = yl + d1 (x - xl) + a (x - xl)(x - x0)
-        d2 = (yr - y0) / (xr - x0)
-        a = (d2 - d1) / (xr - xl)
-        vertex = np.clip((xl + x0) / 2 - d1 / (2 * a), xl, xr)
-        at_vertex = yl + d1 * (vertex - xl) + a * (vertex - xl) * (vertex - x0)
-    curved = interior & (a > 0)
-    if window is not None:
+    if window is None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d1 = (y0 - yl) / (x0 - xl)  # Newton form: p(x) = yl + d1 (x - xl) + a (x - xl)(x - x0)
+            d2 = (yr - y0) / (xr - x0)
+            a = (d2 - d1) / (xr - xl)
+            vertex = np.clip((xl + x0) / 2 - d1 / (2 * a), xl, xr)
+            at_vertex = yl + d1 * (vertex - xl) + a * (vertex - xl) * (vertex - x0)
+    else:
         vertex, at_vertex, a = windowed_vertex(x, s, i, window)
-        curved = interior & (a > 0)
+    curved = interior & (a > 0)
     log2_lr = np.where(curved, vertex, np.where(found, x0, np.nan))
     value = np.where(curved, at_vertex, np.where(found, y0, np.nan))
     kind = np.full(B, NEAR_DIVERGENCE, dtype=object)

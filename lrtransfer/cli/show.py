@@ -223,7 +223,6 @@ def adaptive_round(r) -> None:
 def adaptive_outcome(outcome) -> None:
     """How each group of an adaptive sweep ended: decided (its verdict), or undecided and why, with
     the cheapest next step."""
-    from lrtransfer.sweeps.adaptive import settings_of
     from lrtransfer.sweeps.outcome import undecided_words
 
     console = wide_console()
@@ -235,7 +234,6 @@ def adaptive_outcome(outcome) -> None:
             console.print(f"  {g.label}: decided, [bold]{a.verdict}[/], drift {a.drift:+.2f} "
                           f"[{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}] after {g.spent:,} run-steps")
         else:
-            settings = settings_of(next(iter(g.bases.values())).typed)
-            console.print(f"  {g.label}: {undecided_words(g, settings)}")
+            console.print(f"  {g.label}: {undecided_words(g)}")
     for line in outcome.lines:
         console.print(f"  [yellow]{line}[/]")

@@ -56,11 +56,16 @@ class GroupRun:
     bases: dict[float, Base]
     states: dict[float, rounds.ScaleState]
     jobs: list[Path] = field(default_factory=list)  # every job folder planned for it, in order
+    records: dict[Path, dict] = field(default_factory=dict)  # each job's complete record, read once
     spent: int = 0  # run-steps of those jobs
     analysis: object = None  # the latest `analysis.Group`
     step: rounds.Step | None = None
     end: str | None = None  # decided | stuck | out of seeds | budget | failed
     cut: Cut | None = None  # the first round the budget cut short, if one was
+
+    @property
+    def settings(self) -> rounds.Settings:
+        return settings_of(next(iter(self.bases.values())).typed)
 
     @property
     def label(self) -> str:
@@ -177,6 +182,7 @@ def _groups(sweeper, job_overrides):
                      "runs": [{"seed": typed.seed, "lr": 1.0, "log2_lr": 0.0, "final_loss": 0.0, "diverged": False}]})
     _check_same_settings(bases)
     first = bases[0].typed
+    settings = settings_of(first)
     groups = []
     for axis, fixed, sub in partition(records.table(fake)):
         members = {}
@@ -191,10 +197,9 @@ def _groups(sweeper, job_overrides):
                               f"{' '.join(fixed_part(fixed)) or 'the sweep'} has {axis}={next(iter(members)):g} only "
                               f"(e.g. width=64,256,1024)")
         g = GroupRun(axis, fixed, dict(sorted(members.items())), {})
-        s = settings_of(first)
-        g.states = rounds.first_round(list(g.bases), first.seed, s)
+        g.states = rounds.first_round(list(g.bases), first.seed, settings)
         groups.append(g)
-    return groups, settings_of(first), first.adaptive.metric.value, first.adaptive.budget_s
+    return groups, settings, first.adaptive.metric.value, first.adaptive.budget_s
 
 
 def fixed_part(fixed: dict) -> list[str]:
@@ -264,16 +269,17 @@ def _analyse(groups: list[GroupRun], metric: str, settings: rounds.Settings) -> 
     for g in groups:
         if g.end:
             continue
-        recs = []
         for folder in g.jobs:
+            if folder in g.records:  # a complete record does not change: each round reads only the new ones
+                continue
             path = folder / RECORD_NAME
             rec = read_record(path) if path.exists() else None
             if rec is None or rec["status"] != "complete":
                 why = "no record: it is running in another sweep, or was cut off" if rec is None else rec.get("error")
                 return (f"job {folder.name} has no complete record ({why}); the adaptive sweep stops here: "
                         "re-run the same command once it is fixed, every finished job is kept")
-            recs.append(rec)
-        found = analysis.groups(analysis.records.table(recs), metric)
+            g.records[folder] = rec
+        found = analysis.groups(analysis.records.table(g.records[f] for f in g.jobs), metric)
         g.analysis = found[0]
         g.step = rounds.next_step(g.analysis, g.states, settings)
     return None
@@ -310,13 +316,10 @@ def _within_budget(groups, requests, spent, budget, budget_s, started, index):
 def _seconds_per_run_step(groups) -> float | None:
     seconds = steps = 0.0
     for g in groups:
-        for folder in g.jobs:
-            path = folder / RECORD_NAME
-            if path.exists():
-                rec = read_record(path)
-                if rec.get("wall_time_s") and rec["status"] == "complete":
-                    seconds += rec["wall_time_s"]
-                    steps += len(rec["runs"]) * int(rec["config"]["train"]["steps"])
+        for rec in g.records.values():
+            if rec.get("wall_time_s"):
+                seconds += rec["wall_time_s"]
+                steps += len(rec["runs"]) * int(rec["config"]["train"]["steps"])
     return seconds / steps if steps else None
 
 

@@ -45,9 +45,6 @@ class SweepReport:
         return sum(r.get("status") in statuses for r in self.returns)
 
 
-# The report of the last sweep run in this process, for the CLI to print.
-
-
 def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool,
          folders: list[Path] | None = None) -> tuple[list[PlannedJob], int, list[Path]]:
     """Compose and validate every job; return the jobs to run, how many were already done, and the study folders.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lrtransfer.errors import UserError
 from lrtransfer.sweeps import rounds
-from lrtransfer.sweeps.adaptive import GroupRun, Outcome, settings_of
+from lrtransfer.sweeps.adaptive import GroupRun, Outcome
 
 
 def until_decided_overrides(until_decided: bool, budget: str | int | None) -> list[str]:
@@ -59,9 +59,9 @@ def next_words(step: rounds.Step | None, axis: str) -> str:
     return "; ".join(parts)
 
 
-def undecided_words(g: GroupRun, settings: rounds.Settings) -> str:
+def undecided_words(g: GroupRun) -> str:
     """'undecided after N run-steps', the interval, and the cheapest next step that would decide it."""
-    a = g.analysis
+    a, settings = g.analysis, g.settings
     ci = "no interval" if a is None or a.drift_ci is None else f"drift {a.drift:+.2f} [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
     why = {"budget": "the budget is spent", "out of seeds": "every scale that widens the interval has its "
            f"adaptive.max_seeds={settings.max_seeds} seeds", "stuck": "an optimum cannot be located on the grids allowed",
@@ -101,11 +101,10 @@ def outcome_dict(outcome: Outcome) -> dict:
     groups = []
     for g in outcome.groups:
         a = g.analysis
-        settings = settings_of(next(iter(g.bases.values())).typed)
         groups.append({"fixed": g.fixed, "axis": g.axis, "end": g.end, "run_steps": g.spent,
                        "verdict": None if a is None else a.verdict, "drift": None if a is None else a.drift,
                        "drift_ci": None if a is None or a.drift_ci is None else list(a.drift_ci),
                        "seeds": {sc: len(st.seeds) for sc, st in g.states.items()},
                        "lrs": {sc: st.points() for sc, st in g.states.items()},
-                       "undecided": None if g.end == "decided" else undecided_words(g, settings)})
+                       "undecided": None if g.end == "decided" else undecided_words(g)})
     return {"rounds": outcome.rounds, "run_steps": outcome.spent, "budget": outcome.budget, "groups": groups}
