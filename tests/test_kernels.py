@@ -42,3 +42,50 @@ def test_non_contiguous_gradients_are_handled(monkeypatch):
     out, m, v = torch.empty(6, 4, dtype=torch.float64), torch.zeros(6, 4, dtype=torch.float64), torch.zeros(6, 4, dtype=torch.float64)
     kernels.adam_directions_([out], [g], [m], [v], 1, 0.9, 0.999, 1e-8)
     torch.testing.assert_close(out, plain([g], torch.float64))
+
+
+def plain_eps(grads_seq, eps):
+    m = v = 0
+    for t, g in enumerate(grads_seq, 1):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+    return (m / (1 - 0.9**t)) / ((v / (1 - 0.999**t)).sqrt() + eps)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_per_tensor_epsilon(monkeypatch, fused):
+    """One epsilon per tensor (a parameterization's eps_mult): each tensor's direction is Adam's
+    with its own epsilon. Large epsilons, so that a swapped one would show."""
+    monkeypatch.setattr(kernels, "use_fused", fused)
+    gen = torch.Generator().manual_seed(1)
+    shapes, eps = [(2, 4, 3), (2, 1, 3), (2, 5)], [1e-1, 1e-3, 1e-1]
+    grads_seq = [[torch.randn(s, generator=gen, dtype=torch.float64) * 1e-2 for s in shapes] for _ in range(3)]
+    m = [torch.zeros(s, dtype=torch.float64) for s in shapes]
+    v = [torch.zeros(s, dtype=torch.float64) for s in shapes]
+    out = [torch.empty(s, dtype=torch.float64) for s in shapes]
+    for t, grads in enumerate(grads_seq, 1):
+        kernels.adam_directions_(out, grads, m, v, t, 0.9, 0.999, eps)
+    for i, e in enumerate(eps):
+        torch.testing.assert_close(out[i], plain_eps([g[i] for g in grads_seq], e), rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(out[1], plain_eps([g[1] for g in grads_seq], 1e-1))
+
+
+def test_slot_multipliers_reach_the_optimizer_and_the_decay():
+    """A parameterization's eps_multiplier and wd_multiplier are what Adam and the decay use."""
+    from types import SimpleNamespace
+
+    from lrtransfer.nn import Atom, Slot
+    from lrtransfer.options.optim.adam import AdamOptions, Optimizer
+    from lrtransfer.options.param.base import Parameterization
+    from lrtransfer.options.schema import DecayScaling
+
+    atom = Atom(3, 3, role="hidden", runs=2)
+    tensors = [torch.zeros(2, 3, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64)]
+    slots = [Slot(atom, "weight", tensors[0], 0.5, eps_mult=0.25, wd_mult=4.0), Slot(atom, "bias", tensors[1], 1.0)]
+    assert Optimizer(AdamOptions(eps=1e-6), slots).eps == [0.25e-6, 1e-6]
+    param = Parameterization(SimpleNamespace(), width=3, update="adaptive")
+    lr = torch.tensor([0.1, 0.0], dtype=torch.float64)  # a frozen run decays by nothing
+    for scaling, first, second in ((DecayScaling.independent, 0.04, 0.01), (DecayScaling.lr, 0.1 * 0.5 * 0.04, 0.1 * 0.01)):
+        decays = param.decays(slots, lr, 1.0, SimpleNamespace(weight_decay=0.01, decay_scaling=scaling))
+        torch.testing.assert_close(decays[0], torch.tensor([first, 0.0], dtype=torch.float64))
+        torch.testing.assert_close(decays[1], torch.tensor([second, 0.0], dtype=torch.float64))

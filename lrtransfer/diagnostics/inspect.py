@@ -60,6 +60,8 @@ def _rows(param, model) -> list[dict]:
             "forward_mult": float(atom.weight_mult if slot.name == "weight" else
                                   atom.bias_mult if slot.name == "bias" else 1.0),
             "lr_mult": float(slot.lr_mult),
+            "eps_mult": float(slot.eps_mult),
+            "wd_mult": float(slot.wd_mult),
             "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,
@@ -86,7 +88,9 @@ def inspect(cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------- tables
-COLUMNS = ("init_std", "forward_mult", "lr_mult", "target_norm")
+COLUMNS = ("init_std", "forward_mult", "lr_mult", "eps_mult", "wd_mult", "target_norm")
+# shown only where some tensor's differs from 1 (most rules leave eps and weight decay alone)
+UNLESS_ONE = ("eps_mult", "wd_mult")
 
 
 def _num(v) -> str:
@@ -97,8 +101,9 @@ def _num(v) -> str:
 
 def table(doc: dict) -> str:
     """One width's rows as a text table."""
-    extra = [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
-             if any(r[k] is not None for r in doc["tensors"])]
+    extra = [(k, h) for k, h in (("eps_mult", "eps mult"), ("wd_mult", "wd mult")) if _varies(doc, k)]
+    extra += [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
+              if any(r[k] is not None for r in doc["tensors"])]
     head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
     rows = []
     for r in doc["tensors"]:
@@ -111,7 +116,8 @@ def table(doc: dict) -> str:
 def ratio_table(docs: list[dict]) -> str:
     """Each tensor's value at every width over its value at the first: the scaling rule, read off."""
     widths = [d["config"]["width"] for d in docs]
-    columns = [c for c in COLUMNS if any(r[c] is not None for r in docs[0]["tensors"])]
+    columns = [c for c in COLUMNS if any(r.get(c) is not None for r in docs[0]["tensors"])
+               and (c not in UNLESS_ONE or any(_varies(d, c) for d in docs))]
     head = ["tensor"] + [f"{c} {w}/{widths[0]}" for c in columns for w in widths[1:]]
     rows = []
     for i, first in enumerate(docs[0]["tensors"]):
@@ -122,6 +128,10 @@ def ratio_table(docs: list[dict]) -> str:
                 row.append("-" if a is None or b is None else (_num(b / a) if a else ("1" if not b else "inf")))
         rows.append(row)
     return _format(head, rows)
+
+
+def _varies(doc: dict, key: str) -> bool:
+    return any(r.get(key, 1.0) != 1.0 for r in doc["tensors"])
 
 
 def _format(head: list[str], rows: list[list[str]]) -> str:

@@ -331,12 +331,15 @@ class Embedding(Atom):
 
 @dataclass
 class Slot:
-    """One trained tensor: which atom it belongs to and its per-tensor LR multiplier."""
+    """One trained tensor: which atom it belongs to and its per-tensor multipliers of the
+    optimizer's settings (the parameterization's, `Parameterization.slots`)."""
 
     atom: Atom
     name: str  # "weight" | "bias" | an atom's own tensor (Atom.TENSORS)
     tensor: Tensor  # (K, ...): leading run axis
     lr_mult: float
+    eps_mult: float = 1.0  # x the optimizer's epsilon (Adam's), for this tensor
+    wd_mult: float = 1.0  # x the weight decay, for this tensor
 
 
 def is_hidden_matrix(atom: Atom, name: str) -> bool:

@@ -48,7 +48,8 @@ OPTIONS = AdamOptions
 class Optimizer:
     def __init__(self, options: AdamOptions, slots: Sequence[Slot]) -> None:
         tensors = [s.tensor for s in slots]
-        self.beta1, self.beta2, self.eps = options.beta1, options.beta2, options.eps
+        self.beta1, self.beta2 = options.beta1, options.beta2
+        self.eps = [options.eps * s.eps_mult for s in slots]  # each tensor's (the parameterization's eps_mult)
         self.m = [torch.zeros_like(t) for t in tensors]
         self.v = [torch.zeros_like(t) for t in tensors]
         self.scratch = [torch.empty_like(t) for t in tensors]

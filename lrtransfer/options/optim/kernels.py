@@ -32,9 +32,22 @@ def adam_directions_(
     step: int,
     beta1: float,
     beta2: float,
-    eps: float,
+    eps: float | Sequence[float],
 ) -> None:
-    """Update Adam's moments m, v with `grads` (in place) and write m_hat/(sqrt(v_hat)+eps) into `out`."""
+    """Update Adam's moments m, v with `grads` (in place) and write m_hat/(sqrt(v_hat)+eps) into `out`.
+
+    eps: one value, or one per tensor (a parameterization's per-tensor epsilon): the fused
+    kernel takes one, so it runs once per distinct value."""
+    eps = [float(eps)] * len(out) if isinstance(eps, (int, float)) else [float(e) for e in eps]
+    groups: dict[float, list[int]] = {}
+    for i, e in enumerate(eps):
+        groups.setdefault(e, []).append(i)
+    for e, idx in groups.items():
+        pick = lambda ts: [ts[i] for i in idx]  # noqa: E731
+        _adam_directions_(pick(out), pick(grads), pick(m), pick(v), step, beta1, beta2, e)
+
+
+def _adam_directions_(out, grads, m, v, step: int, beta1: float, beta2: float, eps: float) -> None:
     global use_fused
     grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
     if use_fused and hasattr(torch, "_fused_adam_"):

@@ -108,7 +108,7 @@ OPTIONS = MuonOptions
 class Optimizer:
     def __init__(self, options: MuonOptions, slots: Sequence[Slot]) -> None:
         self.momentum, self.nesterov, self.ns_steps = options.momentum, options.nesterov, options.ns_steps
-        self.beta1, self.beta2, self.eps, self.ratio = options.beta1, options.beta2, options.eps, options.adam_lr_ratio
+        self.beta1, self.beta2, self.ratio = options.beta1, options.beta2, options.adam_lr_ratio
         self.hidden = [i for i, s in enumerate(slots) if is_hidden_matrix(s.atom, s.name)]
         if not self.hidden:
             raise ConfigError(
@@ -116,6 +116,7 @@ class Optimizer:
                 "give it a hidden layer (model=mlp: depth >= 3) or use optim=adam"
             )
         self.rest = [i for i in range(len(slots)) if i not in set(self.hidden)]
+        self.eps = [options.eps * slots[i].eps_mult for i in self.rest]  # the AdamW part's, per tensor
         scale = SCALES[options.scale.value]
         self.atoms = [slots[i].atom for i in self.hidden]
         self.scales = [scale(a.fan_in, a.fan_out) for a in self.atoms]

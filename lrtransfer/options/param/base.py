@@ -137,6 +137,16 @@ class Parameterization:
         """Per-tensor learning-rate multiplier; SP: 1 for every tensor."""
         return 1.0
 
+    def eps_multiplier(self, atom: Atom, name: str) -> float:
+        """Per-tensor multiplier of Adam's epsilon. Adam's update is m / (sqrt(v) + eps): where a
+        rule shrinks the gradients with the width, a fixed eps comes to dominate the update, so
+        the rule shrinks eps with them (Everett et al. 2024). SP: 1."""
+        return 1.0
+
+    def wd_multiplier(self, atom: Atom, name: str) -> float:
+        """Per-tensor multiplier of the weight decay (`decays`); SP: 1."""
+        return 1.0
+
     def target_norm(self, slot: Slot) -> float | None:
         """The norm of the slot's update at LR 1, where the LR is a norm (the modular norm's share
         of a total target, the spectral condition's sqrt(fan_out/fan_in)); None where the LR
@@ -144,7 +154,8 @@ class Parameterization:
         return None
 
     def slots(self, model: Module) -> list[Slot]:
-        return [Slot(atom, name, t, self.lr_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
+        return [Slot(atom, name, t, self.lr_multiplier(atom, name), self.eps_multiplier(atom, name),
+                     self.wd_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
 
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Map the base optimizer's directions to updates (w <- w - update).
@@ -167,9 +178,9 @@ class Parameterization:
         lr: (K,) each run's base learning rate (0 for a frozen run, which must not
         decay either); factor: the schedule's factor at this step; optim: the
         optimizer's options (`weight_decay`, `decay_scaling`). With
-        `decay_scaling: independent` (default) decay = wd * factor, so an LR sweep
-        does not also sweep the decay; with `lr` it is lr * lr_mult * wd * factor,
-        as torch's AdamW. None: no decay.
+        `decay_scaling: independent` (default) decay = wd * wd_mult * factor, so an LR
+        sweep does not also sweep the decay; with `lr` it is lr * lr_mult * wd * wd_mult *
+        factor, as torch's AdamW with each tensor's own LR and decay. None: no decay.
 
         `weight_decay` may be one value per run (`grid.optim.weight_decay`): a (K,)
         float64 tensor, combined with the factors in float64 and rounded once, as a
@@ -180,10 +191,12 @@ class Parameterization:
             if not wd:
                 return None
             if optim.decay_scaling.value == "lr":
-                return [lr * (factor * wd * s.lr_mult) for s in slots]
-            alive = (lr > 0).to(lr.dtype) * (factor * wd)
-            return [alive for _ in slots]
+                return [lr * (factor * wd * s.lr_mult * s.wd_mult) for s in slots]
+            alive = (lr > 0).to(lr.dtype)
+            shared = alive * (factor * wd)
+            return [shared if s.wd_mult == 1 else alive * (factor * wd * s.wd_mult) for s in slots]
         if optim.decay_scaling.value == "lr":
-            return [lr * (factor * wd * s.lr_mult).to(lr.dtype) for s in slots]
-        alive = (lr > 0).to(lr.dtype) * (factor * wd).to(lr.dtype)
-        return [alive for _ in slots]
+            return [lr * (factor * wd * s.lr_mult * s.wd_mult).to(lr.dtype) for s in slots]
+        alive = (lr > 0).to(lr.dtype)
+        shared = alive * (factor * wd).to(lr.dtype)
+        return [shared if s.wd_mult == 1 else alive * (factor * wd * s.wd_mult).to(lr.dtype) for s in slots]
