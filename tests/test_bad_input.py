@@ -7,6 +7,7 @@ docs/troubleshooting.md lists the same cases.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -326,3 +327,72 @@ def test_a_record_whose_width_is_not_a_number(cli, tmp_path, command):
 def test_unknown_metric(cli, tmp_path):
     code, _, err = cli("summary", str(tmp_path), "--metric", "loss")
     assert code == 2 and "unknown metric 'loss'; valid: train_loss, eval_loss, eval_acc" in err
+
+
+# ---------------------------------------------------------------- records that cannot quietly change a verdict (issue 40)
+@pytest.fixture(scope="module")
+def two_widths(tmp_path_factory):
+    """A finished study of two widths, to be copied and damaged."""
+    from lrtransfer.sweeps.launch import launch
+
+    root = tmp_path_factory.mktemp("two")
+    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
+    return root
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return sorted((dst / "s").glob("*/record.json"))
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda rec: rec["runs"][2].update(final_loss="x"), "run 2: final_loss='x' is not a finite number"),
+    (lambda rec: rec["runs"][1].update(log2_lr=float("nan"), final_loss=float("inf")), "run 1: log2_lr=nan is not a finite number"),
+    (lambda rec: rec.update(runs=[]), "complete record with no runs"),
+], ids=["loss x", "NaN LR", "no runs"])
+def test_a_bad_value_inside_a_record_is_said_and_no_verdict_reads_as_whole(cli, two_widths, tmp_path, damage, why):
+    import json
+
+    path = _copy(two_widths, tmp_path / "r")[0]
+    rec = json.loads(path.read_text())
+    damage(rec)
+    runs = len(rec["runs"])  # the runs it holds are all left out
+    path.write_text(json.dumps(rec))
+    code, out, err = cli("summary", str(tmp_path / "r"))
+    assert code == 0 and "Traceback" not in err
+    assert f"-> undetermined (incomplete: 1 record(s) of {runs} runs skipped)" in out, out
+    assert f"1 record(s) skipped ({runs} runs)" in out and why in out, out
+    code, out, err = cli("report", str(tmp_path / "r"))
+    text = (tmp_path / "r" / "report.html").read_text()
+    assert code == 0 and f"1 record(s) skipped ({runs} runs)" in text and f"(incomplete: 1 record(s) of {runs} runs skipped)" in text
+
+
+@pytest.mark.parametrize("command", ["summary", "plot", "report", "predict", "list", "export"])
+def test_a_record_nested_100000_deep_is_one_warning(cli, two_widths, tmp_path, command):
+    deep = tmp_path / "r" / "s" / "deep" / "record.json"
+    _copy(two_widths, tmp_path / "r")
+    deep.parent.mkdir()
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = cli(command, str(tmp_path / "r"), *(["--width", "64"] if command == "predict" else []))
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert f"warning: skipped {deep}: unreadable record (nested deeper than 32 levels)" in err
+    assert code == (2 if command == "predict" else 0), err  # predict: the two widths' optima are on the grid's edge
+
+
+def test_a_copied_study_folder_is_read_once(cli, two_widths, tmp_path):
+    """`cp -r results/s results/sc`: its records name study s, and each job is counted once, the copies set aside."""
+    import json
+    import shutil
+
+    _copy(two_widths, tmp_path / "r")
+    shutil.copytree(tmp_path / "r" / "s", tmp_path / "r" / "sc")
+    code, out, err = cli("list", str(tmp_path / "r"))
+    assert code == 0 and re.search(r"│ s\s+│.*│\s+2 │\s+10 │", out), out
+    assert err.count("warning: set aside") == 2 and "another copy of job" in err
+    code, out, err = cli("summary", str(tmp_path / "r"), "--json")
+    doc = json.loads(out)
+    assert [g["n_runs"] for g in doc["groups"]] == [[5, 5]] and len(doc["set_aside"]) == 2
+    code, out, _ = cli("export", str(tmp_path / "r"))
+    assert code == 0 and "(10 runs," in out

@@ -16,6 +16,7 @@ import pandas as pd
 
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
+from lrtransfer.analysis.summary import skipped_lines
 from lrtransfer.reporting.panels import description, drift_words, families, natural, panel_labels
 from lrtransfer.reporting.plots import family_figures
 from lrtransfer.config import RUN_SETTINGS
@@ -147,8 +148,9 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
     if scan.failed:
         parts.append(f"<p class='warn'>{len(scan.failed)} failed job(s) left out: "
                      + "; ".join(_e(f"{f['path']}: {f.get('error')}") for f in scan.failed) + "</p>")
-    if scan.skipped:
-        parts.append("<p class='warn'>" + "<br>".join(_e(s) for s in scan.skipped) + "</p>")
+    lines = skipped_lines([vars(s) for s in scan.skipped], scan.set_aside)
+    if lines:
+        parts.append("<p class='warn'>" + "<br>".join(_e(line) for line in lines) + "</p>")
     parts.append(HOW_TO_READ)
 
     shown = [(family, _pngs(family, metric, curves_lr)) for family in families(groups)]
