@@ -21,7 +21,17 @@ def test_job_id_ignores_where_and_how_but_not_what():
     assert job_id(compose("lr.log2_min=-13")) != base
 
 
-def test_job_id_is_the_same_from_a_dict():
+def test_a_custom_models_job_id_is_the_one_it_had_before_imports_counted(monkeypatch):
+    """Ids computed by lrtransfer at b592ecf (before a job's identity followed the files a model file
+    imports, issue 40) for a one-file model: where nothing changed, the records made then are found."""
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    factory = ["model=custom", "model.target=tests/identity_net.py:build"]
+    configured = ["model=custom", "model.target=tests/identity_net.py:Net", "model.config=tests/identity_net.py:NetConfig",
+                  "model.width_key=hidden", "model.config_kwargs={inputs: 32, classes: 10}"]
+    assert (job_id(compose(*factory)), job_id(compose(*configured))) == ("545adb86e51f", "10f98ab597f3")
+
     from omegaconf import OmegaConf
 
     cfg = compose()

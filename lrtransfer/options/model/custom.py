@@ -30,7 +30,8 @@ from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import assign_roles, find_readout, layers_of
 from lrtransfer.nn.wrapped import Custom
-from lrtransfer.options.model.target import ARGUMENTS, check_keys, construct, load, source_hash
+from lrtransfer.options.model.sources import source_hash
+from lrtransfer.options.model.target import ARGUMENTS, check_keys, construct, load
 from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
 
 
@@ -60,8 +61,8 @@ class CustomOptions:
     # Where the logits are in what the forward returns: "" infers (a tensor; the `logits` of an
     # output object or dict; the first element of a tuple), else an attribute, key or index.
     output: str = added("")
-    # The target file's content hash (the conf file fills it in: `${lrt_source:...}`), so
-    # that a job's identity changes when the model's code does.
+    # The content hash of the files the model is built from (the conf file fills it in:
+    # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does.
     source: str = ""
 
     def check(self) -> None:

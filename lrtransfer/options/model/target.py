@@ -46,25 +46,6 @@ def _is_file(where: str) -> bool:
     return where.endswith(".py") or "/" in where
 
 
-def source_hash(target: str) -> str:
-    """sha1 of the target's source file ('' when it cannot be found: building then says why).
-
-    For a file path the file is read, never run; for a module, its spec is looked up
-    (which imports its parent packages, as running it would)."""
-    where, _ = split(target)
-    if not where:
-        return ""
-    try:
-        if _is_file(where):
-            path = Path(where)
-        else:
-            spec = importlib.util.find_spec(where)
-            path = Path(spec.origin) if spec is not None and spec.origin else None
-        return hashlib.sha1(path.read_bytes()).hexdigest()[:16] if path is not None else ""
-    except Exception:
-        return ""
-
-
 def load(target: str, key: str = "model.target") -> Callable:
     """The callable `target` names (`path/file.py:NAME` or `package.module:NAME`), or a one-line
     ConfigError saying why not; `key` is the config key it came from."""
