@@ -315,3 +315,36 @@ def _training(pid: int) -> bool:
     except OSError:
         return False
     return b"popen_loky" in cmd and state != "Z"
+
+
+def test_a_full_disk_mid_round_is_one_line_and_a_rerun_ends_as_an_uninterrupted_sweep(cli, tmp_path, monkeypatch):
+    """Issue 40, case 4: Hydra cannot write a job's .hydra/config.yaml in an adaptive sweep's second
+    round (a full disk leaves it empty). One line, exit 1, no folder without a record; the re-run
+    replays the rounds and ends with the records of a sweep never cut."""
+    import errno
+
+    from hydra.core import utils
+
+    real, written = utils._save_config, []
+
+    def full_disk(cfg, filename, output_dir):
+        written.append(filename)
+        if written.count("config.yaml") == 3 and filename == "config.yaml":  # round 1 has two jobs
+            output_dir.mkdir(parents=True, exist_ok=True)
+            (output_dir / filename).write_text("")
+            raise OSError(errno.ENOSPC, "No space left on device", str(output_dir / filename))
+        return real(cfg, filename, output_dir)
+
+    args = ["sweep", *TINY, "width=16,32", "--until-decided", "--budget", "100", "name=s"]
+    monkeypatch.setattr(utils, "_save_config", full_disk)
+    code, out, err = cli(*args, f"results_dir={tmp_path / 'cut'}")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: could not write ") and "config.yaml (No space left on device)" in lines[0]
+    assert "re-run the same command" in lines[0]
+    folders = [p for p in (tmp_path / "cut" / "s").iterdir() if p.is_dir()]
+    assert len(folders) == 2 and all((p / "record.json").exists() for p in folders)  # round 1's, nothing half-written
+    monkeypatch.setattr(utils, "_save_config", real)
+    assert cli(*args, f"results_dir={tmp_path / 'cut'}")[0] == 0
+    assert cli(*args, f"results_dir={tmp_path / 'whole'}")[0] == 0
+    assert runs_of(tmp_path / "cut" / "s") == runs_of(tmp_path / "whole" / "s") and len(runs_of(tmp_path / "whole" / "s")) > 2

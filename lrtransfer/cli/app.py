@@ -309,7 +309,8 @@ def inspect(
 
 
 def main() -> None:
-    """Entry point: run the app; known user errors become one line and exit code 2."""
+    """Entry point: run the app; known user errors become one line and exit code 2 (a fault such as
+    a full disk: 1)."""
     import os
 
     from lrtransfer.sweeps.messages import describe
@@ -327,7 +328,7 @@ def main() -> None:
         if message is None:
             raise
         typer.echo(f"error: {message}", err=True)
-        sys.exit(2)
+        sys.exit(getattr(e, "exit_code", 2))
 
 
 if __name__ == "__main__":

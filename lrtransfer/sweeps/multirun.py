@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lrtransfer.config import ConfigError, validate
+from lrtransfer.errors import Fault
 from lrtransfer.store import is_complete, job_dir, write_text_atomic
 from lrtransfer.sweeps.plan import run_steps
 from lrtransfer.training import stop
@@ -131,13 +132,18 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
         return
     launchers.prepare(sweeper.config)
     for d in dict.fromkeys([*report.study_dirs, *(j.folder.parent for j in todo)]):
-        write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
+        try:
+            write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
+        except OSError as e:
+            raise _fault(e, todo, d / "multirun.yaml") from None
     batch_size = sweeper.max_batch_size or len(todo)
     with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             try:
                 results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=first_index + i)
+            except OSError as e:  # Hydra writing a job's .hydra/ or job.log, on a full disk
+                raise _fault(e, batch) from None
             except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
                 if stop.requested():
                     raise stop.Interrupted(_interrupted_message(report)) from None
@@ -146,6 +152,20 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
                 report.returns.append(_job_return(job, r))
             if stop.requested() or report.count("interrupted"):
                 raise stop.Interrupted(_interrupted_message(report))
+
+
+def _fault(e: OSError, jobs: list[PlannedJob], path: Path | None = None) -> Fault:
+    """A write that failed while jobs were being launched (a full disk) as one line; the jobs that
+    had not finished leave no half-written folder behind."""
+    from lrtransfer.sweeps.job import discard_unfinished
+
+    for job in jobs:
+        discard_unfinished(job.folder)
+    done = sum(is_complete(job.folder) for job in jobs)
+    where = path or e.filename or f"in {jobs[0].folder.parent}"
+    return Fault(f"could not write {where} ({e.strerror or e}): the sweep "
+                 f"stopped, every finished record kept ({done} of the {len(jobs)} job(s) it was launching finished); "
+                 "free some space (or set results_dir=PATH) and re-run the same command to compute the rest")
 
 
 def _interrupted_message(report: SweepReport) -> str:
