@@ -348,3 +348,35 @@ def test_a_full_disk_mid_round_is_one_line_and_a_rerun_ends_as_an_uninterrupted_
     assert cli(*args, f"results_dir={tmp_path / 'cut'}")[0] == 0
     assert cli(*args, f"results_dir={tmp_path / 'whole'}")[0] == 0
     assert runs_of(tmp_path / "cut" / "s") == runs_of(tmp_path / "whole" / "s") and len(runs_of(tmp_path / "whole" / "s")) > 2
+
+
+def test_an_adaptive_sweep_waits_for_a_job_another_sweep_is_running(cli, tmp_path):
+    """Issue 40, case 6: two adaptive sweeps into one folder. The one that meets a job the other is
+    running (its lock held, here by this test) waits for it, then trains it when the other stopped
+    without a record; it ends as a sweep alone would, never with "a job failed"."""
+    import fcntl
+    import re
+    import threading
+
+    args = ["sweep", *TINY, "width=16,32", "--until-decided", "--budget", "100", "name=s"]
+    plan = cli(*args[:1], "--plan", *args[1:], f"results_dir={tmp_path / 'shared'}")[1]
+    first, second = re.findall(r"missing .* run-steps\s+(\w{12})", plan)  # round 1's jobs, in launch order
+    lock = tmp_path / "shared" / "s" / second / ".lock"
+    lock.parent.mkdir(parents=True)
+
+    def release_once_the_first_is_done(held) -> None:  # the sweep has then met the second, held
+        deadline = time.time() + 120
+        while not (tmp_path / "shared" / "s" / first / "record.json").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        fcntl.flock(held, fcntl.LOCK_UN)
+
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the other sweep's running job holds it
+        release = threading.Thread(target=release_once_the_first_is_done, args=(held,))
+        release.start()
+        code, out, err = cli(*args, f"results_dir={tmp_path / 'shared'}")
+        release.join()
+    assert code == 0 and "no complete record" not in out + err and "failed" not in out, out + err
+    assert cli(*args, f"results_dir={tmp_path / 'alone'}")[0] == 0
+    assert runs_of(tmp_path / "shared" / "s") == runs_of(tmp_path / "alone" / "s")

@@ -26,6 +26,7 @@ from lrtransfer.sweeps import rounds
 
 # The keys each round's jobs set; a user's value for them is the base job's, replaced.
 SET_HERE = ("lr.log2_min", "lr.log2_max", "lr.log2_step", "seed", "n_seeds")
+WAIT_S = 0.5  # how often a job another sweep runs is looked at, while this one waits for it
 
 
 @dataclass
@@ -257,8 +258,32 @@ def _run_round(sweeper, job_overrides: list[list[str]], report) -> list[Path]:
     report.total += len(todo) + skipped
     report.skipped += skipped
     report.study_dirs = list(dict.fromkeys([*report.study_dirs, *studies]))
-    run_jobs(sweeper, todo, report, first_index=len(report.returns))
+    while todo:
+        start = len(report.returns)
+        run_jobs(sweeper, todo, report, first_index=start)
+        busy = [(job, r) for job, r in zip(todo, report.returns[start:]) if r.get("status") == "busy"]
+        todo = [job for job, r in busy if not _finished_elsewhere(job.folder, r)]
+        report.returns = [r for r in report.returns if r.get("status") != "busy"]  # left to the rerun or done
     return folders
+
+
+def _finished_elsewhere(folder: Path, returned: dict) -> bool:
+    """Wait for a job another sweep is running (sharing the results folder) to end there: True when
+    it left a complete record (counted as done), False when it stopped without one (this sweep
+    then trains it). The next round needs every job of this one."""
+    from lrtransfer.store import is_complete
+    from lrtransfer.sweeps.plan import lock_held
+    from lrtransfer.training import stop
+
+    while lock_held(folder):
+        if stop.requested():
+            raise stop.Interrupted("interrupted while waiting for a job another sweep is running; every finished "
+                                   "record is kept: re-run the same command to go on")
+        time.sleep(WAIT_S)
+    if is_complete(folder):
+        returned["status"] = "done"
+        return True
+    return False
 
 
 def _analyse(groups: list[GroupRun], metric: str, settings: rounds.Settings) -> str | None:
