@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -380,3 +381,50 @@ def test_an_adaptive_sweep_waits_for_a_job_another_sweep_is_running(cli, tmp_pat
     assert code == 0 and "no complete record" not in out + err and "failed" not in out, out + err
     assert cli(*args, f"results_dir={tmp_path / 'alone'}")[0] == 0
     assert runs_of(tmp_path / "shared" / "s") == runs_of(tmp_path / "alone" / "s")
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_python_sweep_killed_under_processes_stops_its_workers_and_leaves_no_submitit_folder(tmp_path):
+    """Issue 40, case 10: `lrtransfer.sweep(...)` (no CLI, so no signal handlers) under
+    hydra/launcher=processes, killed with -9: its workers save their jobs and exit, and submitit's
+    files are not in the study folder."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    script = "import sys, lrtransfer; lrtransfer.sweep(sys.argv[1:])"
+    args = [*LONG, *LAUNCHERS["processes"], f"results_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if sum("runs on" in p.read_text() for p in (tmp_path / "s").glob("*/job.log")) == 2:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # past a checkpoint of each job
+    assert proc.poll() is None, proc.communicate()
+    workers = _descendants(proc.pid)
+    proc.kill()
+    proc.communicate()
+    deadline = time.time() + 60
+    while time.time() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not list((tmp_path / "s").glob("*/record.json")), "a worker trained on to the end after its sweep died"
+    assert not any(_alive(pid) for pid in workers), "a worker went on after its sweep died"
+    assert len(list((tmp_path / "s").glob("*/checkpoint.pt"))) == 2  # each saved its job on the way out
+    assert not (tmp_path / "s" / ".submitit").exists()

@@ -137,7 +137,8 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
         except OSError as e:
             raise _fault(e, todo, d / "multirun.yaml") from None
     batch_size = sweeper.max_batch_size or len(todo)
-    with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)):
+    with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)), \
+            launchers.finished(sweeper.config):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             try:
