@@ -162,6 +162,70 @@ CATALOGUE = [
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
 
+# Keys added since the last probe (issue 40): adaptive sweeps, --budget, lr.resolution, a published
+# model's config class and fields, its output, the second inner axis.
+CONFIGURED = ["model=custom", "model.target={models}:Configured", "model.config={models}:Cfg"]
+NEW_KEYS = [
+    ("coarse step 0", ["adaptive.coarse_step=0"], "adaptive.coarse_step must be positive, got 0.0"),
+    ("NaN coarse step", ["adaptive.coarse_step=nan"], "adaptive.coarse_step must be positive, got nan"),
+    ("coarse step of 1e9 octaves", ["adaptive.coarse_step=1e9"], "adaptive.coarse_step=1e+09 is beyond the sane bound of 200 octaves"),
+    ("no seeds", ["adaptive.max_seeds=0"], "adaptive.max_seeds must be positive, got 0"),
+    ("a billion seeds", ["adaptive.max_seeds=1000000000"], "adaptive.max_seeds=1e+09 is beyond the sane bound of 100,000 seeds"),
+    ("fractional seeds", ["adaptive.max_seeds=2.5"], "adaptive.max_seeds: Value '2.5' of type 'float' could not be converted to Integer"),
+    ("negative extension", ["adaptive.extend=-1"], "adaptive.extend must be a number of octaves >= 0, got -1.0"),
+    ("extension of 1e9 octaves", ["adaptive.extend=1e9"], "adaptive.extend=1e+09 is beyond the sane bound of 200 octaves"),
+    ("budget key 0", ["adaptive.budget=0"], "adaptive.budget must be positive, got 0"),
+    ("budget key 1e99", ["adaptive.budget=1e99"], "adaptive.budget: Value '1e+99' of type 'float' could not be converted to Integer"),
+    ("time budget key 0", ["adaptive.budget_s=0"], "adaptive.budget_s must be positive, got 0.0"),
+    ("infinite time budget key", ["adaptive.budget_s=inf"], "adaptive.budget_s=inf is beyond the sane bound of 31,622,400 seconds"),
+    ("unknown adaptive metric", ["adaptive.metric=loss"], "adaptive.metric: Invalid value 'loss', expected one of [train_loss, eval_loss, eval_acc]"),
+    ("--budget inf", ["--until-decided", "--budget", "inf"], "--budget 'inf' is beyond the sane bound of 1,000,000,000,000 run-steps"),
+    ("--budget 1e99", ["--until-decided", "--budget", "1e99"], "--budget '1e99' is beyond the sane bound of 1,000,000,000,000 run-steps"),
+    ("--budget 1e99h", ["--until-decided", "--budget", "1e99h"], "--budget '1e99h' is beyond the sane bound of 366 days"),
+    ("--budget infh", ["--until-decided", "--budget", "infh"], "--budget 'infh' is beyond the sane bound of 366 days"),
+    ("--budget of half a run-step", ["--until-decided", "--budget", "0.5"], "--budget '0.5': give a whole number of run-steps"),
+    ("--budget in an unknown unit", ["--until-decided", "--budget", "10x"], "--budget '10x': give run-steps (20000) or a time"),
+    ("negative resolution", ["lr.resolution=-1"], "lr.resolution must be a positive number of octaves, got -1.0"),
+    ("NaN resolution", ["lr.resolution=nan"], "lr.resolution must be a positive number of octaves, got nan"),
+    ("config without a name", [*CONFIGURED[:2], "model.config={models}"],
+     "model.config='{models}' must be path/to/file.py:NAME or package.module:NAME"),
+    ("config that returns None", [*CONFIGURED[:2], "model.config={models}:no_config", "model.width_key=n_embd"],
+     "model.config={models}:no_config returned None, not a config object"),
+    ("config that names nothing", [*CONFIGURED[:2], "model.config={models}:Cgf", "model.width_key=n_embd"],
+     "model.config={models}:Cgf: {models} defines no 'Cgf'; callables there: Cfg, Configured"),
+    ("config kwargs not a mapping", [*CONFIGURED, "model.width_key=n_embd", "model.config_kwargs=3"],
+     "model.config_kwargs must be a mapping such as '{{n_head: 4}}', got 3"),
+    ("config kwargs setting the width field", [*CONFIGURED, "model.width_key=n_embd", "model.config_kwargs={{n_embd: 4}}"],
+     "model.config_kwargs sets n_embd, which model.width_key fills with the width; drop it from model.config_kwargs"),
+    ("config kwargs setting the depth field", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=n_layer",
+                                               "model.config_kwargs={{n_layer: 4}}"],
+     "model.config_kwargs sets n_layer, which model.depth_key fills with the depth; drop it from model.config_kwargs"),
+    ("kwargs setting the width field", ["model=custom", "model.target={models}:build", "model.width_key=width", "model.kwargs={{width: 4}}"],
+     "model.kwargs sets width, which model.width_key fills with the width; drop it from model.kwargs"),
+    ("width field a number", [*CONFIGURED, "model.width_key=3"], "model.width_key must be a field name (n_embd) or a mapping"),
+    ("width fields an empty mapping", [*CONFIGURED, "model.width_key={{}}"], "model.width_key={{}} names no field"),
+    ("a list of widths for one number", [*CONFIGURED, "model.width_key={{n_embd: [1, 2]}}"],
+     "model.width_key: n_embd gets a list of widths [128, 256], but model.config={models}:Cfg takes one number as n_embd"),
+    ("one width for a channel list", ["model=custom", "model.target={models}:channels", "model.width_key=sizes"],
+     "model.width_key: sizes gets one width (128), but model.target={models}:channels takes a list as sizes"),
+    ("width multiple 0", [*CONFIGURED, "model.width_key={{n_embd: 0}}"], "model.width_key: n_embd=0 x width 128 is not a positive whole number"),
+    ("depth field the width field", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=n_embd"],
+     "model.depth_key=n_embd is also a field of model.width_key: the width and the depth cannot both go into it"),
+    ("depth field not a name", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=1layer"],
+     "model.width_key/depth_key: '1layer' is not a field name"),
+    ("output that is no tensor", ["model=custom", "model.target={models}:Pair", "model.output=1"],
+     "model.output=1: model.target={models}:Pair returns a tuple of 2 (Tensor, NoneType), whose 1 is a NoneType, not a tensor of logits"),
+    ("output index past the end", ["model=custom", "model.target={models}:Pair", "model.output=5"],
+     "model.output=5: model.target={models}:Pair returns a tuple of 2 (Tensor, NoneType), which has no 5"),
+    ("negative grid value", ["grid.optim.weight_decay=[0,-1]"], "grid.optim.weight_decay=[0.0, -1.0]: optim.weight_decay must be >= 0"),
+    ("infinite output multiplier in a grid", ["param=mup", "grid.param.output_mult=[1,inf]"],
+     "grid.param.output_mult=[1.0, inf]: every value must be finite, got inf"),
+    ("a grid in an adaptive sweep", ["width=16,32", "grid.optim.weight_decay=[0,0.1]", "--until-decided"],
+     "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
+    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
+]
+
 
 @pytest.fixture
 def yaml_dir(tmp_path):
@@ -174,6 +238,8 @@ def yaml_dir(tmp_path):
 
 
 USER_MODELS = """
+from dataclasses import dataclass
+
 from torch import nn
 
 WIDTH = 3
@@ -200,6 +266,38 @@ class First(nn.Module):
 
 def no_readout(width, input_shape):
     return nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, width), First())
+
+
+@dataclass
+class Cfg:
+    n_embd: int
+    n_layer: int = 2
+
+
+def no_config(**kwargs):
+    return None
+
+
+class Configured(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.a, self.b = nn.Linear(32, config.n_embd), nn.Linear(config.n_embd, 10)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+class Pair(nn.Module):
+    def __init__(self, width, input_shape, output_dim):
+        super().__init__()
+        self.a, self.b = nn.Linear(input_shape[0], width), nn.Linear(width, output_dim)
+
+    def forward(self, x):
+        return self.b(self.a(x)), None
+
+
+def channels(input_shape, output_dim, sizes=(8, 16)):
+    return nn.Sequential(nn.Linear(input_shape[0], sizes[0]), nn.ReLU(), nn.Linear(sizes[0], output_dim))
 """
 
 
@@ -211,7 +309,7 @@ def user_models(tmp_path):
     return tmp_path / "usernets.py", tmp_path / "broken.py"
 
 
-CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE]
+CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE + NEW_KEYS]
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,9 @@ def _check_inner_grid(cfg: Config) -> None:
         raise ConfigError(f"grid.{key}: {why}; keys that may vary per run here: {', '.join(valid) or 'none'}")
     if not isinstance(values, list) or not values:
         raise ConfigError(f"grid.{key}={values!r} must be a non-empty list of numbers, e.g. grid.{key}=[0,1e-3,1e-2]")
+    odd = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if odd:  # a nested list gets past the schema's List[float]
+        raise ConfigError(f"grid.{key}={values}: every value must be a number, got {odd[0]!r}")
     bad = [v for v in values if not math.isfinite(v)]
     if bad:
         raise ConfigError(f"grid.{key}={values}: every value must be finite, got {bad[0]}")

@@ -79,8 +79,8 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
         varying = " ".join(o for o in overrides if o not in common)
         try:
             typed = validate(cfg)
-        except ConfigError as e:
-            raise ConfigError(f"{e} (job {varying})" if varying else str(e)) from None
+        except ConfigError as e:  # which job, where there are several
+            raise ConfigError(f"{e} (job {varying})" if varying and len(job_overrides) > 1 else str(e)) from None
         folder = job_dir(cfg)
         if folders is not None:
             folders.append(folder)

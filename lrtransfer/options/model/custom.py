@@ -80,7 +80,8 @@ class CustomOptions:
             where, _, name = self.config.rpartition(":")
             if not (where and name.isidentifier()):
                 raise ConfigError(f"model.config={self.config!r} must be path/to/file.py:NAME or package.module:NAME")
-        check_keys(self.width_key, self.depth_key)
+        check_keys(self.width_key, self.depth_key,
+                   {"model.config_kwargs": self.config_kwargs} if self.config else {"model.kwargs": self.kwargs})
         overlap = sorted(set(self.kwargs or {}) & set(ARGUMENTS))
         if overlap:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "
