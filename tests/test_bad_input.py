@@ -335,6 +335,23 @@ def finished(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def two_widths(tmp_path_factory):
+    """A finished study of two widths, to be copied and damaged."""
+    from lrtransfer.sweeps.launch import launch
+
+    root = tmp_path_factory.mktemp("two")
+    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
+    return root
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return sorted((dst / "s").glob("*/record.json"))
+
+
 @pytest.mark.parametrize("case, args, fragment", CASES)
 def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, user_models, case, args, fragment):
     before = {p: p.read_bytes() for p in finished.rglob("record.json")}
@@ -389,8 +406,9 @@ def test_reading_a_folder_without_records(cli, tmp_path, command):
     assert code == 2 and "does not exist" in err
 
 
-def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, tmp_path):
-    assert cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")[0] == 0
+def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, two_widths, tmp_path):
+    tmp_path = tmp_path / "r"
+    _copy(two_widths, tmp_path)  # the records of `sweep TINY width=16,32 name=s`
     bad = next((tmp_path / "s").glob("*/record.json"))
     bad.write_text('{"status": "compl')
     code, out, err = cli("summary", str(tmp_path), "--json")
@@ -407,11 +425,11 @@ def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["list", "summary", "plot", "report"])
-def test_a_record_whose_width_is_not_a_number(cli, tmp_path, command):
+def test_a_record_whose_width_is_not_a_number(cli, two_widths, tmp_path, command):
     import json
 
-    assert cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")[0] == 0
-    paths = sorted((tmp_path / "s").glob("*/record.json"))
+    tmp_path = tmp_path / "r"
+    paths = _copy(two_widths, tmp_path)
     for i, path in enumerate(paths):
         rec = json.loads(path.read_text())
         rec["config"]["width"] = "wide"
@@ -428,23 +446,6 @@ def test_unknown_metric(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- records that cannot quietly change a verdict (issue 40)
-@pytest.fixture(scope="module")
-def two_widths(tmp_path_factory):
-    """A finished study of two widths, to be copied and damaged."""
-    from lrtransfer.sweeps.launch import launch
-
-    root = tmp_path_factory.mktemp("two")
-    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
-    return root
-
-
-def _copy(src, dst):
-    import shutil
-
-    shutil.copytree(src, dst)
-    return sorted((dst / "s").glob("*/record.json"))
-
-
 @pytest.mark.parametrize("damage, why", [
     (lambda rec: rec["runs"][2].update(final_loss="x"), "run 2: final_loss='x' is not a finite number"),
     (lambda rec: rec["runs"][1].update(log2_lr=float("nan"), final_loss=float("inf")), "run 1: log2_lr=nan is not a finite number"),
@@ -462,12 +463,14 @@ def test_a_bad_value_inside_a_record_is_said_and_no_verdict_reads_as_whole(cli, 
     assert code == 0 and "Traceback" not in err
     assert f"-> undetermined (incomplete: 1 record(s) of {runs} runs skipped)" in out, out
     assert f"1 record(s) skipped ({runs} runs)" in out and why in out, out
-    code, out, err = cli("report", str(tmp_path / "r"))
-    text = (tmp_path / "r" / "report.html").read_text()
-    assert code == 0 and f"1 record(s) skipped ({runs} runs)" in text and f"(incomplete: 1 record(s) of {runs} runs skipped)" in text
+    if why.startswith("run 2"):  # the report says the same (once is enough: it draws figures)
+        code, out, err = cli("report", str(tmp_path / "r"))
+        text = (tmp_path / "r" / "report.html").read_text()
+        assert code == 0 and f"1 record(s) skipped ({runs} runs)" in text
+        assert f"(incomplete: 1 record(s) of {runs} runs skipped)" in text
 
 
-@pytest.mark.parametrize("command", ["summary", "plot", "report", "predict", "list", "export"])
+@pytest.mark.parametrize("command", ["summary", "plot", "report", "predict"])
 def test_a_record_nested_100000_deep_is_one_warning(cli, two_widths, tmp_path, command):
     deep = tmp_path / "r" / "s" / "deep" / "record.json"
     _copy(two_widths, tmp_path / "r")

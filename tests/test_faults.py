@@ -403,6 +403,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # three processes that import torch and train: ~20 s
 def test_a_python_sweep_killed_under_processes_stops_its_workers_and_leaves_no_submitit_folder(tmp_path):
     """Issue 40, case 10: `lrtransfer.sweep(...)` (no CLI, so no signal handlers) under
     hydra/launcher=processes, killed with -9: its workers save their jobs and exit, and submitit's

@@ -105,8 +105,9 @@ class Outcome:
 
 def requested(sweeper, job_overrides: list[list[str]]) -> bool:
     """Whether the sweep's config asks for rounds (`adaptive.enabled`, set by `--until-decided`)."""
-    cfg = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(job_overrides[0]))
-    return bool(OmegaConf.select(cfg, "adaptive.enabled", default=False))
+    from lrtransfer.sweeps.multirun import compose
+
+    return bool(OmegaConf.select(compose(sweeper, job_overrides[0]), "adaptive.enabled", default=False))
 
 
 def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
@@ -170,10 +171,11 @@ def _groups(sweeper, job_overrides):
     from lrtransfer.analysis import records
     from lrtransfer.analysis.grouping import partition, scale_value
 
-    loader = sweeper.hydra_context.config_loader
+    from lrtransfer.sweeps.multirun import compose
+
     bases, fake = [], []
     for i, overrides in enumerate(job_overrides):
-        cfg = loader.load_sweep_config(sweeper.config, list(overrides))
+        cfg = compose(sweeper, overrides)
         typed = validate(cfg)
         _check_base(typed, overrides)
         resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True,
@@ -245,7 +247,9 @@ def _job_overrides(base: Base, rq: rounds.Request) -> list[str]:
 
 
 def _folder(sweeper, overrides: list[str]) -> Path:
-    return job_dir(sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides)))
+    from lrtransfer.sweeps.multirun import compose
+
+    return job_dir(compose(sweeper, overrides))
 
 
 def _run_round(sweeper, job_overrides: list[list[str]], report) -> list[Path]:

@@ -47,6 +47,17 @@ class SweepReport:
         return sum(r.get("status") in statuses for r in self.returns)
 
 
+def compose(sweeper, overrides: list[str]) -> DictConfig:
+    """A job's config, composed once per sweep: whether the sweep is adaptive, its checks and its
+    rounds all read the same one (composing is most of what refusing bad input costs). Never
+    modified by its readers."""
+    composed = sweeper.__dict__.setdefault("_lrtransfer_composed", {})
+    key = tuple(overrides)
+    if key not in composed:
+        composed[key] = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides))
+    return composed[key]
+
+
 @dataclass
 class CheckedJob:
     """One job of a sweep, composed and validated, and what is on disk for it."""
@@ -68,14 +79,13 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
     one job), in order; `folders`, when given, gets every job's folder, in order (repeats too).
     `writing=False` (a plan) fetches no data (a job that would download its data is not checked
     for it) and leaves no folder behind."""
-    loader = sweeper.hydra_context.config_loader
     out: list[CheckedJob] = []
     seen: set[str] = set()
     checked_data: set[str] = set()
     tasks: dict[tuple, object] = {}  # the data of the jobs, built once, to size their runs
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     for overrides in job_overrides:
-        cfg = loader.load_sweep_config(sweeper.config, list(overrides))
+        cfg = compose(sweeper, overrides)
         varying = " ".join(o for o in overrides if o not in common)
         try:
             typed = validate(cfg)
