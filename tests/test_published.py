@@ -193,6 +193,23 @@ def test_attention_scale_reaches_inside(family, cli):
         assert seen.scales == [pytest.approx(math.sqrt(8) / 16)]
 
 
+BERT = ["model=custom", "model.target=transformers:BertForMaskedLM", "model.config=transformers:BertConfig",
+        "model.width_key={hidden_size: 1, intermediate_size: 2}", "model.depth_key=num_hidden_layers",
+        "model.config_kwargs={num_attention_heads: 2, hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}"]
+
+
+def test_attention_scale_reaches_bert(cli):
+    """BERT's attention keeps its head size as `attention_head_size` (not `head_dim`): muP's 1/d
+    reaches its `scaling` all the same (a tiny local config)."""
+    pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    notes = rows(cli, BERT, "param=mup", "param.base_width=16", "width=32")["notes"]
+    assert any("`scaling` of 1 attention modules (bert.encoder.layer.0.attention.self (BertSelfAttention))" in n
+               for n in notes) and not any(n.startswith("warning") for n in notes), notes
+    _, net = model_of(BERT, "param=mup", "param.base_width=16", "width=32")
+    (attn,) = [m for m in net.net.modules() if type(m).__name__ == "BertSelfAttention"]
+    assert attn.attention_head_size == 16 and attn.scaling == pytest.approx(math.sqrt(8) / 16)  # sqrt(d_base) / d
+
+
 class Recorder(TorchFunctionMode):
     def __enter__(self):
         self.scales = []

@@ -270,15 +270,20 @@ class Custom(Module):
         if not self.attention or not param.rescales_attention():
             return out
         rule = "muP's 1/d attention scale" if param.name == "mup" else f"param={param.name}'s attention rule"
-        where = ([f"the `scaling` of {len(self.scaled_modules)} attention modules ({', '.join(self.scaled_modules[:2])}"
-                  f"{', ...' if len(self.scaled_modules) > 2 else ''})"] if self.scaled_modules else []) + (
+        where = ([f"the `scaling` of {len(self.scaled_modules)} attention modules ({listed(self.scaled_modules, 2)})"]
+                 if self.scaled_modules else []) + (
                  [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]
                  if self.sdpa_calls else [])
         if where:
             return out + [f"note: {rule} applied through {' and '.join(where)}; queries keep their init "
                           "(muP's zero query is not applied)"]
-        return out + [f"warning: {', '.join(self.attention[:3])} computes attention: {rule} cannot be applied "
+        return out + [f"warning: {listed(self.attention, 3)} computes attention: {rule} cannot be applied "
                       "from outside the module (it keeps its own scale)"]
+
+
+def listed(names: list[str], n: int) -> str:
+    """The first n names, and `...` when there are more."""
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def stopped_at(e: Exception) -> str:

@@ -133,16 +133,25 @@ def attention_rule(param):
     return lambda d: param.attention_scale(d) * math.sqrt(d)
 
 
+# The names transformers' attention modules give the head size their `scaling` is computed from
+# (5.24: `head_dim` in most; `attention_head_size` in BERT and its kin, `head_size` in GPT-NeoX,
+# `attention_head_dim` in DAB-DETR; `qk_head_dim`, the query-key size, in DeepSeek's latent attention
+# and its kin, first: it is what their scaling reads).
+HEAD_SIZE_KEYS = ("qk_head_dim", "head_dim", "attention_head_size", "head_size", "attention_head_dim")
+
+
 def scale_attention(net, scale) -> list[str]:
     """Apply `scale` through the hook transformers' attention modules expose: a float `scaling`
-    (their q.k factor, which every attention implementation of theirs reads) beside an int
-    `head_dim`. Returns the modules so scaled."""
+    (their q.k factor, which every attention implementation of theirs reads) beside an int head
+    size (`HEAD_SIZE_KEYS`). Returns the modules so scaled."""
     if scale is None:
         return []
     done = []
     for path, m in net.named_modules():
-        scaling, d = getattr(m, "scaling", None), getattr(m, "head_dim", None)
-        if isinstance(scaling, float) and isinstance(d, int) and not isinstance(d, bool):
+        scaling = getattr(m, "scaling", None)
+        sizes = [getattr(m, k, None) for k in HEAD_SIZE_KEYS]
+        d = next((v for v in sizes if isinstance(v, int) and not isinstance(v, bool)), None)
+        if isinstance(scaling, float) and d is not None:
             m.scaling = scaling * scale(d)
             done.append(f"{path} ({type(m).__name__})")
     return done
