@@ -282,3 +282,21 @@ def test_a_published_model_is_named_by_its_class(cli, tmp_path):
     assert set(pd.read_csv(tmp_path / "runs.csv")["model.class"]) == {"GPT2LMHeadModel"}
     assert cli("report", str(tmp_path))[0] == 0
     assert "<h2>study study: GPT2LMHeadModel (depth 3) · teacher" in (tmp_path / "report.html").read_text()
+
+
+def test_one_seed_says_what_the_interval_leaves_out_and_how_to_add_seeds(cli, tmp_path):
+    """Two widths x one seed: a verdict whose interval holds the LR curves' noise only. summary and
+    report say so and name the re-run that measures the seeds' spread; two seeds say nothing."""
+    study(tmp_path / "one", seeds=1, widths=[64, 128], noise=0.01, name="one")
+    study(tmp_path / "two", seeds=2, widths=[64, 128], noise=0.01, name="two")
+    code, out, err = cli("summary", str(tmp_path / "one"))
+    text = " ".join(out.split())
+    assert code == 0 and "one seed per width: the interval holds no seed-to-seed variation" in text, out
+    assert "re-run the sweep with seed=0,1,2 added" in text and "--until-decided" in text
+    assert cli("report", str(tmp_path / "one"))[0] == 0
+    assert "the interval holds no seed-to-seed variation" in (tmp_path / "one" / "report.html").read_text()
+    code, out, err = cli("summary", str(tmp_path / "two"))
+    assert code == 0 and "seed-to-seed" not in out
+    study(tmp_path / "four", seeds=1, noise=0.01, name="four")  # four widths: the scatter about the line
+    (g,) = analysis.groups(analysis.load_runs(tmp_path / "four"))
+    assert any("through the scatter of the 4 optima about the line (2 degrees of freedom)" in w for w in g.warnings)
