@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 
 import pytest
 import torch
@@ -17,13 +18,13 @@ from torch.overrides import TorchFunctionMode
 from lrtransfer.options.schema import ConfigError
 from lrtransfer.training import build, engine
 from lrtransfer.training.engine import Run
-from tests.conftest import typed
+from tests.conftest import lrtransfer_cmd, typed
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built here
 
-# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config), forward(idx, targets)
-# -> (logits, loss) with every position's logits only when given targets, wte tied to lm_head,
-# attention through scaled_dot_product_attention at its default scale.
+# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config) (which prints its number
+# of parameters), forward(idx, targets) -> (logits, loss) with every position's logits only when given
+# targets, wte tied to lm_head, attention through scaled_dot_product_attention at its default scale.
 NANOGPT = '''
 import math
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class GPT(nn.Module):
         for pn, p in self.named_parameters():
             if pn.endswith('c_proj.weight'):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        print("number of parameters: %.2fM" % (sum(p.numel() for p in self.parameters()) / 1e6,))
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -257,6 +259,38 @@ def test_a_short_sweep_under_standard_and_mup(family, cli, tmp_path):
     assert all(run["final_loss"] is not None for r in records for run in r["runs"])
     if name == "nanogpt":
         assert "returns a loss of its own: it is ignored" in err
+
+
+def test_each_note_once_a_job_and_the_models_prints_in_its_log(tmp_path):
+    """A sweep as a user runs it (its own process) of nanoGPT, two jobs of two ensembles each: its
+    "loss of its own" said once a job, its "number of parameters" in each job's log and not on the
+    console, PyTorch's missing-batching-rule warning (from nanoGPT's attention at the base width and
+    from the rescaled call at twice it) once."""
+    path = tmp_path / "nanogpt_model.py"
+    path.write_text(NANOGPT)
+    over = [o.format(path=path) for o in FAMILIES["nanogpt"]]
+    out = subprocess.run(lrtransfer_cmd() + ["sweep", "model=custom", *over, *SMALL, "width=16,32", "param=mup",
+                                             "param.base_width=16", "train.steps=2", "lr.log2_min=-8", "lr.log2_max=-7",
+                                             "engine.chunk=1", f"results_dir={tmp_path}", "name=n"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    console = out.stdout + out.stderr
+    assert console.count("returns a loss of its own") == 2, console
+    assert "number of parameters" not in console
+    assert console.count("There is a performance drop") <= 1, console
+    logs = [p.read_text() for p in (tmp_path / "n").glob("*/job.log")]
+    assert len(logs) == 2 and all("printed: number of parameters" in log for log in logs)
+
+
+def test_inspect_says_each_note_once_a_width(cli, tmp_path):
+    """As a note under each width's table, not as a warning besides (nor a log line)."""
+    path = tmp_path / "nanogpt_model.py"
+    path.write_text(NANOGPT)
+    over = ["model=custom", *(o.format(path=path) for o in FAMILIES["nanogpt"])]
+    code, out, err = cli("inspect", *over, *SMALL, "width=16,32", "param=mup", "param.base_width=16")
+    assert code == 0 and not err.strip(), err
+    assert out.count("note: model.target=") == 2 and out.count("returns a loss of its own") == 2, out
+    assert "number of parameters" not in out  # nor in --json's output: test_roles_in_inspect reads it as JSON
 
 
 def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):

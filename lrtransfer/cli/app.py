@@ -311,7 +311,9 @@ def inspect(
 def main() -> None:
     """Entry point: run the app; known user errors become one line and exit code 2."""
     import os
+    import warnings
 
+    from lrtransfer.errors import new_scope
     from lrtransfer.sweeps.messages import describe
 
     # Before torch loads OpenMP: idle threads sleep instead of spin-waiting. With the
@@ -319,7 +321,10 @@ def main() -> None:
     # whenever anything else used a core (measured: 46.8 s -> 0.3 s for a small job).
     # Launcher workers inherit the variable.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not getattr(warnings.showwarning, "once", False):
+        warnings.showwarning = show.each_warning_once(warnings.showwarning)
 
+    new_scope()  # each warning once a command (and once a job of a sweep)
     try:
         app()
     except Exception as e:

@@ -53,6 +53,22 @@ def prediction(p, metric: str) -> None:
     typer.echo("")
 
 
+def each_warning_once(showwarning):
+    """`showwarning` for Python's warnings, each text once a process. Python's own record of what it
+    showed is forgotten whenever a library enters `warnings.catch_warnings` (pandas does, often), and
+    one warning raised from two lines shows twice: PyTorch's missing batching rule under vmap, from a
+    user's attention and from lrtransfer's rescaled call of it, would show twice a sweep."""
+    shown = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if (category, str(message)) not in shown:
+            shown.add((category, str(message)))
+            showwarning(message, category, filename, lineno, file, line)
+
+    show.once = True
+    return show
+
+
 @contextmanager
 def warnings_to_stderr():
     """Print the analysis' warnings (skipped records, ...) as `warning: ...` lines."""

@@ -115,7 +115,7 @@ class Custom(Module):
         self.attention_scale, self.scaled_modules = attention_scale, list(scaled_modules)
         self.sdpa_calls = 0  # scaled_dot_product_attention calls rescaled (counted by AttentionScale)
         self.own_loss = False  # what the forward returns holds a loss of the module's own, ignored
-        self.told = False  # and that was said (once a job)
+        self.told = False  # and that this model said so (`warn` says it once a job)
         with contextlib.suppress(TypeError, ValueError):
             self.takes_targets = "targets" in inspect.signature(net.forward).parameters
         params = dict(net.named_parameters(remove_duplicate=False))
@@ -265,8 +265,6 @@ class Custom(Module):
                 out.append(f"note: {atom.user_names['weight']} is tied to the readout {atom.tied.name}: one tensor, "
                            f"one init and LR (an embedding's, role {atom.role}); the readout's forward multiplier "
                            f"({atom.tied.weight_mult:.4g}) reaches only its readout use, as mup's MuSharedReadout")
-        if self.own_loss:
-            out.append(f"note: model.target={self.target} returns a loss of its own: it is ignored, the task's is trained")
         if not self.attention or not param.rescales_attention():
             return out
         rule = "muP's 1/d attention scale" if param.name == "mup" else f"param={param.name}'s attention rule"

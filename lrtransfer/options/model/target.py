@@ -13,19 +13,21 @@ that has fewer embeddings than the data has tokens cannot run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from lrtransfer.errors import ConfigError, one_line
+from lrtransfer.errors import ConfigError, log, one_line
 
 ARGUMENTS = ("width", "depth", "input_shape", "output_dim")  # what a factory may ask for by name
 # The names published configs give the vocabulary and the context length (nanoGPT, GPT-2, Llama, ...),
@@ -214,6 +216,20 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
         raise ConfigError(f"model.config={options.config} raised when built with {values}: {one_line(e)}") from None
 
 
+@contextlib.contextmanager
+def _prints_to_log(target: str) -> Iterator[None]:
+    """What the model prints while it is built (nanoGPT's "number of parameters") goes to the job's
+    log, not the console: a sweep builds it many times, and `--json` output must stay JSON."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            yield
+    finally:
+        for line in out.getvalue().splitlines():
+            if line.strip():
+                log.info("model.target=%s printed: %s", target, line)
+
+
 def construct(fn: Callable, options, **given) -> nn.Module:
     """The user's module: `fn(config)` when `model.config` is set, else `fn` called with the
     arguments of `given` its signature names (the width under `model.width_key`'s names), plus
@@ -242,7 +258,8 @@ def construct(fn: Callable, options, **given) -> nn.Module:
         kwargs = {k: v for k, v in named.items() if takes_all or k in params or k not in ARGUMENTS}
         kwargs.update(options.kwargs or {})
     try:
-        module = fn(*args, **kwargs)
+        with _prints_to_log(options.target):
+            module = fn(*args, **kwargs)
     except ConfigError:
         raise
     except Exception as e:
