@@ -311,6 +311,54 @@ def test_a_vocabulary_or_context_smaller_than_the_datas_is_one_line(given, line)
         model_of(over, "width=16")
 
 
+ODD = """
+import torch
+from dataclasses import dataclass
+from torch import nn
+
+@dataclass
+class OddConfig:  # its vocabulary and context under names of its own
+    vocab: int = 96
+    ctx: int = 32
+    n_embd: int = 16
+
+class Odd(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.wte, self.wpe = nn.Embedding(config.vocab, config.n_embd), nn.Embedding(config.ctx, config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab, bias=False)
+
+    def forward(self, idx):
+        return self.head(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
+
+def odd(n_embd, vocab=96, ctx=32):  # the same as a factory taking keywords
+    return Odd(OddConfig(vocab, ctx, n_embd))
+"""
+
+
+def test_vocab_key_and_context_key_name_a_configs_own_fields(cli, tmp_path):
+    """A config whose fields are `vocab` and `ctx`: without the keys, one line naming both sizes and
+    the key to set (not "no readout found", not an IndexError); with them, the data's sizes go there."""
+    (tmp_path / "odd.py").write_text(ODD)
+    over = ["model=custom", f"model.target={tmp_path / 'odd.py'}:Odd", f"model.config={tmp_path / 'odd.py'}:OddConfig",
+            "model.width_key=n_embd", "data=text", "width=16"]
+    code, out, err = cli("inspect", *over)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "makes 96 logits (head.weight), fewer than the data's 103 tokens: name the field that sets its " \
+           "vocabulary with model.vocab_key (its config's vocab=96), and lrtransfer sets it to 103" in err
+    code, out, err = cli("inspect", *over, "model.vocab_key=vocab", "data.seq_len=64")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "fails on the data's context of 64 tokens (data.seq_len; IndexError: index out of range in self): " \
+           "its own is 32 (its config's ctx=32; wpe has 32 rows): name the field that sets its context with " \
+           "model.context_key, and lrtransfer sets it to 64" in err
+    keys = ["model.vocab_key=vocab", "model.context_key=ctx"]
+    assert cli("inspect", *over, *keys, "data.seq_len=64")[0] == 0
+    for built_by in (over[1:3], [f"model.target={tmp_path / 'odd.py'}:odd"]):  # a config class; a factory's keywords
+        _, net = model_of(["model=custom", *built_by, *over[3:], *keys], "width=16")  # the data: 20 tokens, 8 a row
+        assert (net.net.config.vocab, net.net.config.ctx) == (20, 8)
+
+
 KEYWORDS = """
 from torch import nn
 

@@ -106,7 +106,8 @@ class Custom(Module):
 
     def __init__(self, net: nn.Module, layers: list[Layer], readout: Layer, *, runs: int, target: str,
                  input_shape: tuple[int, ...], output_dim: int, output: str = "",
-                 attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = ()) -> None:
+                 attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = (),
+                 explain: Callable[[Exception, int], str | None] | None = None) -> None:
         super().__init__()
         self.runs, self.target, self.input_ndim, self.output_dim = runs, target, len(input_shape), output_dim
         self.output = output
@@ -114,6 +115,7 @@ class Custom(Module):
         # modules it was applied to through their own `scaling` (custom.scale_attention)
         self.attention_scale, self.scaled_modules = attention_scale, list(scaled_modules)
         self.sdpa_calls = 0  # scaled_dot_product_attention calls rescaled (counted by AttentionScale)
+        self.explain = explain  # (error, tokens per example) -> one line, when the module fails on the data's tokens
         self.own_loss = False  # what the forward returns holds a loss of the module's own, ignored
         self.told = False  # and that this model said so (`warn` says it once a job)
         with contextlib.suppress(TypeError, ValueError):
@@ -154,8 +156,14 @@ class Custom(Module):
 
     def _call(self, params: dict, buffers: dict, x: Tensor) -> Tensor:
         kwargs = {"targets": torch.zeros_like(x)} if self.takes_targets and not torch.is_floating_point(x) else {}
-        with AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext():
-            out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
+        try:
+            with AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext():
+                out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
+        except Exception as e:  # a context longer than the module's own (its position table): one line
+            line = self.explain(e, x.shape[-1]) if self.explain is not None and not torch.is_floating_point(x) else None
+            if line is None:
+                raise
+            raise ConfigError(line) from None
         y = self.logits_of(out)
         if isinstance(y, Tensor) and y.shape[-1] > self.output_dim and not torch.is_floating_point(x):
             y = y[..., : self.output_dim]  # a vocabulary larger than the data's: its own tokens never occur
