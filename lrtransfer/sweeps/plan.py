@@ -42,7 +42,7 @@ class Rate:
     """A model's seconds per run-step on this machine, and where it comes from."""
 
     seconds_per_run_step: float
-    source: str  # "N finished job(s)" | "timed: N steps here"
+    source: str  # "N finished job(s) of it" | "timed: N step(s) here"
     jobs: list[str] = field(default_factory=list)  # the varying overrides of the jobs to run it prices
 
 
@@ -207,28 +207,32 @@ def timed_rate(typed, tasks: dict) -> Rate:
     from lrtransfer.training import build, engine
     from lrtransfer.training.memory import chunk_size
 
+    def now() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
     threads = torch.get_num_threads()
     torch.set_num_threads(thread_count(typed.engine.threads))
     try:
         device, dtype = _device(typed.engine.device), build.DTYPES[typed.train.dtype.value]
-        data = tasks.setdefault((repr(typed.data), dtype), None) or build.task(typed, device, dtype)
-        tasks[(repr(typed.data), dtype)] = data
-        built = build.job(typed, device, data=data)
+        if (repr(typed.data), dtype) not in tasks:
+            tasks[repr(typed.data), dtype] = build.task(typed, device, dtype)
+        built = build.job(typed, device, data=tasks[repr(typed.data), dtype])
         runs = runs_of(typed)
         ensemble = engine.Ensemble(built, runs[: chunk_size(built, len(runs))])
+        started = now()
         ensemble.step()
+        first = now() - started  # all there is of a one-step job
         least, most, seconds = TIMED_STEPS
-        most = min(most, typed.train.steps - 1)
-        n, started = 0, time.perf_counter()
-        while n < most and (n < least or time.perf_counter() - started < seconds):
+        n, started = 0, now()
+        while n < min(most, typed.train.steps - 1) and (n < least or now() - started < seconds):
             ensemble.step()
             n += 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - started
+        per_step = (now() - started) / n if n else first
     finally:
         torch.set_num_threads(threads)
-    return Rate(elapsed / max(n, 1) / ensemble.K, f"timed: {n} step(s) here")
+    return Rate(per_step / ensemble.K, f"timed: {n or 1} step(s) here")
 
 
 def format_duration(seconds: float) -> str:
