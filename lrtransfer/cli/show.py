@@ -239,17 +239,12 @@ def adaptive_round(r) -> None:
 def adaptive_outcome(outcome) -> None:
     """How each group of an adaptive sweep ended: decided (its verdict), or undecided and why, with
     the cheapest next step."""
-    from lrtransfer.sweeps.outcome import undecided_words
+    from lrtransfer.sweeps.outcome import ended_words
 
     console = wide_console()
     console.print(f"adaptive sweep: {outcome.rounds} round(s), {outcome.spent:,} run-steps"
                   + (f" of a budget of {outcome.budget:,}" if outcome.budget else ""))
     for g in outcome.groups:
-        a = g.analysis
-        if g.end == "decided" and a is not None:
-            console.print(f"  {g.label}: decided, [bold]{a.verdict}[/], drift {a.drift:+.2f} "
-                          f"[{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}] after {g.spent:,} run-steps")
-        else:
-            console.print(f"  {g.label}: {undecided_words(g)}")
+        console.print(f"  {g.label}: {ended_words(g)}", markup=False)
     for line in outcome.lines:
         console.print(f"  [yellow]{line}[/]")
