@@ -1,12 +1,15 @@
 # The two set-up commands of the README. Each creates .venv on first use.
 #   make demo   install, run the default study, write its figure
 #   make test   install, run the test suite (one worker per core: pytest-xdist)
+# Both install into .venv: `source .venv/bin/activate` then puts `lrtransfer` on a shell's PATH.
+# ARGS adds overrides to the demo's sweep (make demo ARGS="seed=0,1,2").
 # TORCH picks the PyTorch build: the default is the CPU-or-CUDA wheel of 2.13.0
 # (on this project's CI machines, a CPU build on local disk).
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
+ARGS ?=
 
 .PHONY: demo test install
 
@@ -19,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/lrtransfer sweep study=width
+	$(BIN)/lrtransfer sweep study=width $(ARGS)
 	$(BIN)/lrtransfer plot results/width
 
 test: install

@@ -2,11 +2,12 @@
 
 Each function validates its input as the CLI does and raises `UserError` with the
 CLI's one-line message (the bad value, the valid choices) instead of printing it
-and exiting. Nothing is left behind in the caller's process: Hydra's error switch
-and the logging it configures per job are restored after a sweep.
-`lrtransfer/__init__.py` exposes these functions lazily, so `import lrtransfer`
-stays light.
+and exiting. A sweep leaves the caller's process as it found it.
 """
+
+# (For the reader of the code; the API page shows the docstrings.) Hydra's error switch and
+# the logging it configures per job are restored after a sweep (`sweeps/launch.py`);
+# `lrtransfer/__init__.py` exposes these functions lazily, so `import lrtransfer` stays light.
 
 from __future__ import annotations
 
@@ -83,7 +84,9 @@ def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: s
 
 
 def plan(overrides: str | Sequence[str] = ()) -> Plan:
-    """The jobs `sweep(overrides)` would run, each with its status and work (`lrtransfer sweep --plan`)."""
+    """The jobs `sweep(overrides)` would run, each with its status and work (`lrtransfer sweep --plan`),
+    and the time they take (`estimate_s`, in seconds): each job priced by its own model's finished jobs,
+    else by a few of its steps timed here when first asked (`rates` says which)."""
     from lrtransfer.sweeps.launch import launch
 
     with user_errors():

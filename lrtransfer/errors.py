@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import difflib
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("lrtransfer")
+# Our lines go where the application points the root logger (a sweep: each job's job.log), never
+# to logging's last-resort handler, which would print each warning a second time on the console.
+log.addHandler(logging.NullHandler())
 
 
 class UserError(Exception):
@@ -61,7 +66,33 @@ def console():
 _console = None
 
 
+_said: set[str] = set()  # what `warn` said since the job (or the command) began: `new_scope`
+_collecting: list[list[str]] = []  # `collected`'s lists, innermost last
+
+
 def warn(message: str) -> None:
-    """A warning for the person at the screen (above the bars when a display is up) and in the job's log."""
+    """A warning for the person at the screen (above the bars when a display is up) and in the job's log,
+    once a job: a model built for each ensemble of a job would otherwise say the same thing each time."""
+    if _collecting:
+        _collecting[-1].append(message)
+        return
+    if message in _said:
+        return
+    _said.add(message)
     log.warning(message)
     console().print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def new_scope() -> None:
+    """A job (or a command) begins: what was said before in this process, it says again, once."""
+    _said.clear()
+
+
+@contextmanager
+def collected() -> Iterator[list[str]]:
+    """Within it, warnings are gathered into the list it gives instead of said (`inspect` makes them notes)."""
+    _collecting.append([])
+    try:
+        yield _collecting[-1]
+    finally:
+        _collecting.pop()

@@ -26,6 +26,7 @@ from lrtransfer.config import inner_grid, semantic
 from lrtransfer.errors import ConfigError, UserError
 
 RECORD_NAME = "record.json"
+ROUNDS_NAME = "adaptive.json"  # an adaptive sweep's rounds, group by group, beside its study's records
 FORMAT_VERSION = 1
 # Levels of lists and mappings a record may hold; a job writes 5 at most (a run's grid value,
 # a grid's list of values), a model's own keyword arguments a few more.
@@ -234,3 +235,45 @@ def iter_records(root: str | os.PathLike, *, warn: bool = True) -> Iterator[tupl
         except RecordError as e:
             if warn:
                 warnings.warn(f"skipped {e}", stacklevel=2)
+
+
+def write_rounds(study: Path, groups: list[dict]) -> None:
+    """An adaptive sweep's groups (`sweeps/outcome.rounds_log`) into its study's rounds file; the
+    groups another sweep wrote there (no job in common with these) are kept."""
+    path = Path(study) / ROUNDS_NAME
+    ours = {j for g in groups for j in g["jobs"]}
+    kept = [g for g in read_rounds(path) if not ours & set(g["jobs"])] if path.exists() else []
+    write_json_atomic(path, {"format": FORMAT_VERSION, "groups": kept + groups})
+
+
+def read_rounds(path: Path) -> list[dict]:
+    """The groups of a rounds file that have the fields a report reads; a file that is not one is
+    skipped with a warning."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        groups = doc["groups"]
+        if not isinstance(groups, list):
+            raise TypeError("'groups' is not a list")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"skipped {path}: not an adaptive sweep's rounds ({e.__class__.__name__}: {e})", stacklevel=2)
+        return []
+    return [g for g in groups if _rounds_group(g)]
+
+
+def _rounds_group(g) -> bool:
+    """Whether a rounds file's group has every field `report` reads, of its type."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    def interval(ci) -> bool:
+        return ci is None or (isinstance(ci, list) and len(ci) == 2 and all(map(number, ci)))
+
+    def round_(r) -> bool:
+        return (isinstance(r, dict) and number(r.get("round")) and number(r.get("run_steps"))
+                and (r.get("drift") is None or number(r["drift"])) and interval(r.get("drift_ci"))
+                and all(isinstance(r.get(k), str) for k in ("added", "verdict", "state")))
+
+    return (isinstance(g, dict) and isinstance(g.get("jobs"), list) and all(isinstance(j, str) for j in g["jobs"])
+            and isinstance(g.get("rounds"), list) and all(map(round_, g["rounds"]))
+            and isinstance(g.get("ended"), str) and number(g.get("run_steps")))

@@ -112,6 +112,26 @@ def test_the_python_api_runs_it_and_says_how_it_ended(short_run, short_reference
         lrtransfer.sweep(args, budget=100)
 
 
+def test_the_report_of_an_adaptive_study_shows_its_rounds_and_how_it_ended(cli, short_run, tmp_path):
+    """A table of rounds (what each added, its run-steps, the interval after it) and the end; the
+    LR blocks each round set are not listed as keys that vary; no "seeds 1..1 per scale"."""
+    import html
+    import re
+
+    out = tmp_path / "r.html"
+    code, _, err = cli("report", str(short_run / "s"), "--out", str(out))
+    assert code == 0, err
+    text = html.unescape(re.sub(r"<[^>]+>", " ", out.read_text()))
+    text = " ".join(re.sub(r"<img[^>]*>", "", text).split())
+    assert "adaptive sweep: 2 round(s), 260 run-steps; undecided after 260 run-steps (the budget is spent)" in text
+    assert "1 width 8: log2 LR -12, -8, -4 width 16: log2 LR -12, -8, -4 width 32: log2 LR -12, -8, -4 180" in text
+    assert re.search(r" 2 width \d+: log2 LR [-\d, ]+.* 80 [\u2212+]\d\.\d\d \[", text), text  # round 2, its drift
+    assert "lr.log2_min" not in text and "lr.log2_step" not in text and "chosen round by round" in text
+    assert "1..1" not in text and "1 seed per scale" in text
+    log = json.loads((short_run / "s" / "adaptive.json").read_text())
+    assert [r["run_steps"] for r in log["groups"][0]["rounds"]] == [180, 80]
+
+
 def test_a_budget_too_small_ends_undecided_with_the_interval_and_the_next_step(cli, tmp_path):
     code, out, err = cli("sweep", *ADAPT, "--budget", "500", f"results_dir={tmp_path}", "name=b")
     assert code == 0, err

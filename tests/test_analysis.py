@@ -12,7 +12,7 @@ from lrtransfer.store import write_record
 
 
 def fake_record(root, *, width=64, depth=3, param="standard", seed=0, optimum=-8.0, diverge_above=None, name="study",
-                noise=0.0, rng=None, spike=None, param_keys=None, optim="adam", optim_keys=None, train=None):
+                noise=0.0, rng=None, spike=None, param_keys=None, optim="adam", optim_keys=None, train=None, model=None):
     """A record whose loss is a parabola in log2 LR with its minimum at `optimum`.
 
     `noise`: s.d. of Gaussian noise added to each LR point (`rng` draws it);
@@ -32,7 +32,7 @@ def fake_record(root, *, width=64, depth=3, param="standard", seed=0, optimum=-8
                      "diverged_step": 3 if diverged else None, "initial_loss": 2.3,
                      "history_step": [0, 5] if diverged else [0, 5, 9], "history_loss": history})
     config = {"name": name, "results_dir": str(root), "width": width, "depth": depth, "seed": seed, "n_seeds": 1,
-              "model": {"name": "mlp"}, "param": {"name": param, **(param_keys or {})}, "optim": {"name": optim, **(optim_keys or {})},
+              "model": model or {"name": "mlp"}, "param": {"name": param, **(param_keys or {})}, "optim": {"name": optim, **(optim_keys or {})},
               "data": {"name": "teacher"}, "lr": {"log2_min": -12, "log2_max": -4, "log2_step": 1},
               "train": {"steps": 10, **(train or {})}, "engine": {"device": "cpu"}}
     keys = {**(param_keys or {}), **(optim_keys or {}), **(train or {})}

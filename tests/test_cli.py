@@ -67,3 +67,15 @@ def test_console_script_help_is_fast_and_imports_no_torch():
     code = "import sys, lrtransfer.cli.app; print('torch' in sys.modules, 'matplotlib' in sys.modules, 'hydra' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]
+
+
+def test_every_command_answers_h_and_help(cli):
+    """-h and --help on every command (sweep -h lists the config groups and keys instead of the options)."""
+    from lrtransfer.cli.app import app
+
+    names = [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
+    assert {"sweep", "summary", "inspect", "coord-check", "list"} <= set(names)
+    for args in ([], *([name] for name in names)):
+        for flag in ("-h", "--help"):
+            code, out, err = cli(*args, flag)
+            assert code == 0 and "Usage:" in out and not err, (args, flag, out, err)

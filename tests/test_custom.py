@@ -112,14 +112,17 @@ def tied(width, input_shape, output_dim):
     return nn.Sequential(emb, nn.ReLU(), head)
 
 class Attn(nn.Module):
-    def __init__(self, width, input_shape, output_dim):
+    def __init__(self, width, input_shape, output_dim, heads=1):
         super().__init__()
         self.inp = nn.Linear(input_shape[0], width)
         self.att = nn.MultiheadAttention(width, 2, batch_first=True)
+        self.more = nn.ModuleList([nn.MultiheadAttention(width, 2, batch_first=True) for _ in range(heads - 1)])
         self.out = nn.Linear(width, output_dim)
     def forward(self, x):
         h = self.inp(x).unsqueeze(1)
-        return self.out(self.att(h, h, h)[0][:, 0])
+        for att in [self.att, *self.more]:
+            h = att(h, h, h)[0]
+        return self.out(h[:, 0])
 '''
 
 
@@ -278,6 +281,10 @@ def test_inspect_shows_roles_and_warns_of_attention_under_mup(models, cli):
     assert "output (readout)" in out
     code, out, err = cli("inspect", "model=custom", f"model.target={models}:Attn", "param=standard")
     assert code == 0 and "attention scale" not in out + err
+    code, out, err = cli("inspect", "model=custom", f"model.target={models}:Attn", "model.kwargs={heads: 4}", "param=mup",
+                         "width=16")
+    assert code == 0 and "warning: att (MultiheadAttention), more.0 (MultiheadAttention), more.1 (MultiheadAttention), " \
+        "... computes attention" in out  # 4 modules: the first 3 named
 
 
 def test_kwargs_reach_the_target():

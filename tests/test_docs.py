@@ -3,11 +3,14 @@
 - `mkdocs build --strict` succeeds (no broken link or anchor, no page missing from the
   nav or the nav naming a page that is missing), into a temporary folder, and the API
   page holds the five functions mkdocstrings generates from `lrtransfer/api.py`.
-- Every command in `docs/getting-started.md`'s bash blocks is run, in order, at small
-  size: `lrtransfer sweep ...` with the overrides of `SMALL` appended (later overrides win
-  in Hydra) and its records in a temporary folder; the analysis commands pointed at that
-  folder. Lines whose program is in `SKIPPED` are not run, for the reason given there;
-  any other program fails the test, so the page cannot grow a command nothing runs.
+- The README's set-up (`make demo`, at small size, the install being done), then every
+  command in `docs/getting-started.md`'s bash blocks, in order, as a new user types it:
+  each in a new shell whose PATH holds no virtual environment (`fresh_shell`), in a
+  folder holding the installed `.venv`, after the page's own shell lines (`source
+  .venv/bin/activate`); `lrtransfer sweep ...` with the overrides of `SMALL` appended
+  (later overrides win in Hydra). The README's first commands are among them. Lines
+  whose program is in `SKIPPED` are not run, for the reason given there; any other
+  program fails the test, so the page cannot grow a command nothing runs.
 - README.md is the landing page (at most 250 lines), and every relative link in
   README.md and docs/*.md points to a file that exists (and an anchor into a Markdown
   file to one of its headings, as GitHub names them).
@@ -15,9 +18,11 @@
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +36,11 @@ README_MAX_LINES = 250
 
 # Programs in getting-started.md's bash blocks that the test does not run, and why.
 SKIPPED = {
-    "make": "`make demo` / `make test` install into .venv and then run the full default study "
-            "(about a minute) or the whole test suite (this file included); the lrtransfer "
-            "commands they run are on the page and run here at small size",
+    "make": "`make demo` runs before the page's commands, once, at small size (the install done); "
+            "`make test` runs the whole test suite, this file included",
     "pip": "installs the package; the test runs in the environment it is installed in",
 }
+SHELL_LINES = ("source",)  # set up the shell the later lines run in: each later line runs after them
 # Appended to every `lrtransfer sweep`: 3 widths x 6 LRs x 20 steps (seconds, not a minute).
 # The grid reaches up to 2^0 so that at 20 steps no width's optimum sits on the grid's edge,
 # and `predict` has a drift to extrapolate.
@@ -62,69 +67,113 @@ def test_site_builds_strict(tmp_path):
     api = (site / "api" / "index.html").read_text()
     for name in ("sweep", "plan", "load", "summarize", "predict"):
         assert f'id="lrtransfer.api.{name}"' in api, f"the API page lacks lrtransfer.api.{name}"
+    text = html.unescape(re.sub(r"<[^>]+>", "", api))
+    # a signature formatter (black, in the docs extra) breaks long signatures, one parameter a line
+    assert "sweep(\n    overrides: str | Sequence[str] = (),\n    *,\n    rerun: bool = False," in text, text
+    for internal in ("error switch", "lazily", "__init__"):  # notes for the code's reader stay in the code
+        assert internal not in text, f"the API page says {internal!r}"
 
 
-# --- (b) the getting-started commands run ---------------------------------------------------
+# --- (b) the getting-started commands and the README's set-up run in a new shell ------------
 
-def bash_commands(page: Path) -> list[str]:
-    """The command lines of a Markdown page's ```bash blocks (continuations joined, comments kept)."""
-    commands, block, pending = [], False, ""
+def bash_blocks(page: Path) -> list[list[str]]:
+    """The command lines of each of a Markdown page's ```bash blocks (continuations joined, comments kept)."""
+    blocks, block, pending = [], None, ""
     for line in page.read_text().splitlines():
         if line.startswith("```"):
-            block = line.strip() == "```bash"
+            block = [] if block is None and line.strip() == "```bash" else None
+            if block is not None:
+                blocks.append(block)
             continue
-        if not block or not line.strip():
+        if block is None or not line.strip():
             continue
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
             continue
-        commands.append(pending + line)
+        block.append(pending + line)
         pending = ""
-    return commands
+    return blocks
 
 
-def small(argv: list[str], results: Path) -> list[str]:
-    """`argv` (after `lrtransfer`) at small size, writing to and reading from `results`."""
-    if argv[0] == "sweep":
-        return [*argv, f"results_dir={results}", *SMALL]
-    return [str(results / a[len("results/"):]) if a.startswith("results/") else a for a in argv]
+def bash_commands(page: Path) -> list[str]:
+    return [line for block in bash_blocks(page) for line in block]
 
 
-def test_getting_started_commands_run(tmp_path):
-    commands = bash_commands(DOCS / "getting-started.md")
-    results = tmp_path / "results"
-    ran, skipped = [], []
-    for line in commands:
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """A folder as a new user's checkout is after the set-up: the Makefile, and `.venv`, the
+    environment this test runs in (skipped where that is no virtual environment)."""
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").exists() or shutil.which("make", path="/usr/bin:/bin") is None:
+        pytest.skip(f"{venv} is not a virtual environment (no bin/activate), or no make")
+    (tmp_path / ".venv").symlink_to(venv)
+    (tmp_path / "Makefile").symlink_to(ROOT / "Makefile")
+    return tmp_path
+
+
+def fresh_shell(home: Path) -> dict[str, str]:
+    """A new shell's environment: no virtual environment on the PATH, nothing of this process's."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+
+
+def run_lines(lines: list[str], folder: Path, then=None) -> list[str]:
+    """Each `lrtransfer` line in a new bash (after the shell lines before it), at small size, then
+    `then(argv, result)`; shell lines and SKIPPED programs are not run on their own. Returns what ran."""
+    shell, ran = [], []
+    for line in lines:
         words = shlex.split(line, comments=True)
-        if not words:
+        if not words or words[0] in SKIPPED:
             continue
-        program = words[0]
-        if program in SKIPPED:
-            skipped.append(line)
+        if words[0] in SHELL_LINES:
+            shell.append(line)
             continue
-        assert program == "lrtransfer", (
-            f"getting-started.md runs `{program}`, which this test neither runs nor skips: {line}")
-        argv = small(words[1:], results)
-        out = subprocess.run([str(BIN / "lrtransfer"), *argv], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=300, env=_env())
+        assert words[0] == "lrtransfer", f"a page runs `{words[0]}`, which this test neither runs nor skips: {line}"
+        argv = [*words[1:], *(SMALL if words[1] == "sweep" else [])]
+        script = "\n".join([*shell, shlex.join(["lrtransfer", *argv])])
+        out = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=folder, capture_output=True,
+                             text=True, timeout=300, env=fresh_shell(folder))
         assert out.returncode == 0, f"`{line.split('#')[0].strip()}` failed:\n{out.stdout}\n{out.stderr}"
         assert "error:" not in out.stderr, out.stderr
-        records = list(results.rglob("record.json"))
-        if argv[0] == "sweep" and "--plan" in argv:
-            assert not records, "`sweep --plan` trains nothing"
-        elif argv[0] == "sweep":
-            assert len(records) == 3, records
-        elif argv[0] == "summary":
-            assert "drift" in out.stdout, out.stdout
-        elif argv[0] == "plot":
-            assert list(Path(argv[1]).glob("figures/*.png")), "plot wrote no figure"
-        elif argv[0] == "report":
-            assert (Path(argv[1]) / "report.html").exists()
-        elif argv[0] == "predict":
-            assert "95% prediction interval" in out.stdout, out.stdout
+        if then is not None:
+            then(argv, out)
         ran.append(argv[0])
-    assert "sweep" in ran and len(ran) >= 5, f"the page's commands changed? ran {ran}"
-    assert skipped, "the page lost its set-up commands (make demo, make test, pip install)"
+    return ran
+
+
+def check(folder: Path, argv: list[str], out: subprocess.CompletedProcess) -> None:
+    """What each command of the first study says or leaves behind (after `make demo` made its records)."""
+    records = list(folder.glob("results/width/*/record.json"))
+    if argv[0] == "sweep" and "--plan" in argv:
+        assert "nothing to run" in out.stdout and len(records) == 3, out.stdout  # it trains nothing
+    elif argv[0] == "sweep":
+        assert "0 job(s) ran, 3 already done" in out.stdout and len(records) == 3, out.stdout
+    elif argv[0] == "summary":
+        assert "drift" in out.stdout, out.stdout
+    elif argv[0] == "plot":
+        assert list((folder / argv[1]).glob("figures/*.png")), "plot wrote no figure"
+    elif argv[0] == "report":
+        assert (folder / argv[1] / "report.html").exists()
+    elif argv[0] == "predict":
+        assert "95% prediction interval" in out.stdout, out.stdout
+
+
+def test_readme_set_up_and_the_first_commands_run_in_a_new_shell(checkout):
+    """The README's set-up, `make demo` (the install already done: `-o` leaves it; ARGS at small
+    size), then getting-started.md's commands as written, each in a new shell: nothing but the
+    pages puts lrtransfer on the PATH. The README's first commands are among them, in order."""
+    setup, first = bash_blocks(ROOT / "README.md")[:2]
+    assert [shlex.split(c, comments=True)[:2] for c in setup] == [["make", "demo"], ["make", "test"]], setup
+    guide = bash_commands(DOCS / "getting-started.md")
+    words = lambda lines: [shlex.split(c, comments=True) for c in lines]  # noqa: E731
+    assert [w for w in words(guide) if w in words(first)] == words(first), "README's first commands: not the guide's"
+    assert ["make", "demo"] in words(guide), "the guide lost its set-up commands"
+
+    demo = subprocess.run(["make", "-o", ".venv/.installed", "demo", f"ARGS={' '.join(SMALL)}"], cwd=checkout,
+                          capture_output=True, text=True, timeout=300, env=fresh_shell(checkout))
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert list(checkout.glob("results/width/figures/*.png")), demo.stdout
+    ran = run_lines(guide, checkout, then=lambda argv, out: check(checkout, argv, out))
+    assert ran == ["sweep", "sweep", "summary", "plot", "report", "predict"], ran  # `make test` runs the suite: not here
 
 
 # --- (c) the README is a landing page; links resolve ----------------------------------------

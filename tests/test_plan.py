@@ -16,7 +16,7 @@ def test_plan_lists_done_running_and_missing_jobs_and_trains_nothing(cli, tmp_pa
     code, out, err = cli("sweep", "--plan", *base, "width=16,32,48")
     assert code == 0, err
     assert not list(tmp_path.rglob("record.json"))  # nothing trained
-    assert "3 job(s): 3 missing" in out and "no finished job" in out
+    assert "3 job(s): 3 missing" in out
     assert "to run: 3 job(s), 180 run-steps" in out  # 5 LRs x 12 steps per job
 
     assert cli("sweep", *base, "width=16")[0] == 0
@@ -30,8 +30,22 @@ def test_plan_lists_done_running_and_missing_jobs_and_trains_nothing(cli, tmp_pa
     assert re.search(r"done\s+width=16 ", out) and re.search(r"running\s+width=32 ", out)
     assert re.search(r"missing\s+width=48 ", out)
     assert "to run: 1 job(s), 60 run-steps" in out
-    assert re.search(r"~\d+:\d\d:\d\d in-process at [\d.]+ ms per run-step \(the mean of 1 finished job", out)
+    assert re.search(r"~\d+:\d\d:\d\d in-process, at each model's own rate:\n +[\d.]+ ms per run-step \(timed: \d+ "
+                     r"step\(s\) here\): width=48\n", out), out
     assert len(list(tmp_path.rglob("record.json"))) == 1
+
+
+def test_plan_prices_each_model_by_its_own_rate(cli, tmp_path):
+    """A model with finished jobs by their wall time, another by a few of its own steps timed here:
+    never one model's rate for another's (a nanoGPT priced as the MLP)."""
+    base = [*TINY, f"results_dir={tmp_path}", "name=p"]
+    assert cli("sweep", *base, "width=16")[0] == 0
+    code, out, err = cli("sweep", "--plan", *base, "width=16,64", "seed=1")
+    assert code == 0, err
+    rates = [line for line in out.splitlines() if "ms per run-step" in line]
+    assert any("(1 finished job(s) of it): width=16" in line for line in rates), out  # the same model, seed 0
+    assert any("(timed: " in line and line.endswith("): width=64") for line in rates), out  # one with no record
+    assert len(list(tmp_path.rglob("record.json"))) == 1  # timing writes nothing
 
 
 def test_plan_refuses_bad_input_like_a_sweep(cli, tmp_path):

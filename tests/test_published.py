@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 
 import pytest
 import torch
@@ -17,13 +18,13 @@ from torch.overrides import TorchFunctionMode
 from lrtransfer.options.schema import ConfigError
 from lrtransfer.training import build, engine
 from lrtransfer.training.engine import Run
-from tests.conftest import typed
+from tests.conftest import lrtransfer_cmd, typed
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built here
 
-# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config), forward(idx, targets)
-# -> (logits, loss) with every position's logits only when given targets, wte tied to lm_head,
-# attention through scaled_dot_product_attention at its default scale.
+# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config) (which prints its number
+# of parameters), forward(idx, targets) -> (logits, loss) with every position's logits only when given
+# targets, wte tied to lm_head, attention through scaled_dot_product_attention at its default scale.
 NANOGPT = '''
 import math
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class GPT(nn.Module):
         for pn, p in self.named_parameters():
             if pn.endswith('c_proj.weight'):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        print("number of parameters: %.2fM" % (sum(p.numel() for p in self.parameters()) / 1e6,))
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -193,6 +195,23 @@ def test_attention_scale_reaches_inside(family, cli):
         assert seen.scales == [pytest.approx(math.sqrt(8) / 16)]
 
 
+BERT = ["model=custom", "model.target=transformers:BertForMaskedLM", "model.config=transformers:BertConfig",
+        "model.width_key={hidden_size: 1, intermediate_size: 2}", "model.depth_key=num_hidden_layers",
+        "model.config_kwargs={num_attention_heads: 2, hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}"]
+
+
+def test_attention_scale_reaches_bert(cli):
+    """BERT's attention keeps its head size as `attention_head_size` (not `head_dim`): muP's 1/d
+    reaches its `scaling` all the same (a tiny local config)."""
+    pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    notes = rows(cli, BERT, "param=mup", "param.base_width=16", "width=32")["notes"]
+    assert any("`scaling` of 1 attention modules (bert.encoder.layer.0.attention.self (BertSelfAttention))" in n
+               for n in notes) and not any(n.startswith("warning") for n in notes), notes
+    _, net = model_of(BERT, "param=mup", "param.base_width=16", "width=32")
+    (attn,) = [m for m in net.net.modules() if type(m).__name__ == "BertSelfAttention"]
+    assert attn.attention_head_size == 16 and attn.scaling == pytest.approx(math.sqrt(8) / 16)  # sqrt(d_base) / d
+
+
 class Recorder(TorchFunctionMode):
     def __enter__(self):
         self.scales = []
@@ -242,6 +261,38 @@ def test_a_short_sweep_under_standard_and_mup(family, cli, tmp_path):
         assert "returns a loss of its own: it is ignored" in err
 
 
+def test_each_note_once_a_job_and_the_models_prints_in_its_log(tmp_path):
+    """A sweep as a user runs it (its own process) of nanoGPT, two jobs of two ensembles each: its
+    "loss of its own" said once a job, its "number of parameters" in each job's log and not on the
+    console, PyTorch's missing-batching-rule warning (from nanoGPT's attention at the base width and
+    from the rescaled call at twice it) once."""
+    path = tmp_path / "nanogpt_model.py"
+    path.write_text(NANOGPT)
+    over = [o.format(path=path) for o in FAMILIES["nanogpt"]]
+    out = subprocess.run(lrtransfer_cmd() + ["sweep", "model=custom", *over, *SMALL, "width=16,32", "param=mup",
+                                             "param.base_width=16", "train.steps=2", "lr.log2_min=-8", "lr.log2_max=-7",
+                                             "engine.chunk=1", f"results_dir={tmp_path}", "name=n"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    console = out.stdout + out.stderr
+    assert console.count("returns a loss of its own") == 2, console
+    assert "number of parameters" not in console
+    assert console.count("There is a performance drop") <= 1, console
+    logs = [p.read_text() for p in (tmp_path / "n").glob("*/job.log")]
+    assert len(logs) == 2 and all("printed: number of parameters" in log for log in logs)
+
+
+def test_inspect_says_each_note_once_a_width(cli, tmp_path):
+    """As a note under each width's table, not as a warning besides (nor a log line)."""
+    path = tmp_path / "nanogpt_model.py"
+    path.write_text(NANOGPT)
+    over = ["model=custom", *(o.format(path=path) for o in FAMILIES["nanogpt"])]
+    code, out, err = cli("inspect", *over, *SMALL, "width=16,32", "param=mup", "param.base_width=16")
+    assert code == 0 and not err.strip(), err
+    assert out.count("note: model.target=") == 2 and out.count("returns a loss of its own") == 2, out
+    assert "number of parameters" not in out  # nor in --json's output: test_roles_in_inspect reads it as JSON
+
+
 def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
     _, over = family
     code, out, err = cli("sweep", *over, *SMALL, "width=15", "train.steps=2", f"results_dir={tmp_path}")
@@ -258,6 +309,54 @@ def test_a_vocabulary_or_context_smaller_than_the_datas_is_one_line(given, line)
             "model.width_key=n_embd", f"model.config_kwargs={{n_head: 2, {given}}}"]
     with pytest.raises(ConfigError, match=line):
         model_of(over, "width=16")
+
+
+ODD = """
+import torch
+from dataclasses import dataclass
+from torch import nn
+
+@dataclass
+class OddConfig:  # its vocabulary and context under names of its own
+    vocab: int = 96
+    ctx: int = 32
+    n_embd: int = 16
+
+class Odd(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.wte, self.wpe = nn.Embedding(config.vocab, config.n_embd), nn.Embedding(config.ctx, config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab, bias=False)
+
+    def forward(self, idx):
+        return self.head(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
+
+def odd(n_embd, vocab=96, ctx=32):  # the same as a factory taking keywords
+    return Odd(OddConfig(vocab, ctx, n_embd))
+"""
+
+
+def test_vocab_key_and_context_key_name_a_configs_own_fields(cli, tmp_path):
+    """A config whose fields are `vocab` and `ctx`: without the keys, one line naming both sizes and
+    the key to set (not "no readout found", not an IndexError); with them, the data's sizes go there."""
+    (tmp_path / "odd.py").write_text(ODD)
+    over = ["model=custom", f"model.target={tmp_path / 'odd.py'}:Odd", f"model.config={tmp_path / 'odd.py'}:OddConfig",
+            "model.width_key=n_embd", "data=text", "width=16"]
+    code, out, err = cli("inspect", *over)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "makes 96 logits (head.weight), fewer than the data's 103 tokens: name the field that sets its " \
+           "vocabulary with model.vocab_key (its config's vocab=96), and lrtransfer sets it to 103" in err
+    code, out, err = cli("inspect", *over, "model.vocab_key=vocab", "data.seq_len=64")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "fails on the data's context of 64 tokens (data.seq_len; IndexError: index out of range in self): " \
+           "its own is 32 (its config's ctx=32; wpe has 32 rows): name the field that sets its context with " \
+           "model.context_key, and lrtransfer sets it to 64" in err
+    keys = ["model.vocab_key=vocab", "model.context_key=ctx"]
+    assert cli("inspect", *over, *keys, "data.seq_len=64")[0] == 0
+    for built_by in (over[1:3], [f"model.target={tmp_path / 'odd.py'}:odd"]):  # a config class; a factory's keywords
+        _, net = model_of(["model=custom", *built_by, *over[3:], *keys], "width=16")  # the data: 20 tokens, 8 a row
+        assert (net.net.config.vocab, net.net.config.ctx) == (20, 8)
 
 
 KEYWORDS = """

@@ -261,3 +261,42 @@ def test_optima_on_the_grid_edge_are_in_the_transfer_legend(tmp_path):
     assert len(edge) == 1 and edge[0].get_marker() == "v" and edge[0].get_markerfacecolor() == "white"
     assert not any("highest LR" in t.get_text() for t in legend.get_texts())
     plt.close(fig)
+
+
+def test_a_published_model_is_named_by_its_class(cli, tmp_path):
+    """model=custom's records name the model by the class model.target ends in: in the groups, the
+    figure titles, summary, list, report and export (read off the config: job ids stay as they are)."""
+    gpt2 = {"name": "custom", "target": "transformers:GPT2LMHeadModel", "width_key": "n_embd"}
+    study(tmp_path, seeds=1, widths=[64, 128], model=gpt2)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.fixed["model.name"] == "custom" and g.fixed["model.class"] == "GPT2LMHeadModel"
+    (family,) = panels.families([g])
+    assert panels.description(family).startswith("GPT2LMHeadModel (depth 3) · teacher")
+    fig = plots.lr_figure(family)
+    assert fig._suptitle.get_text().startswith("GPT2LMHeadModel")
+    plt.close(fig)
+    for command in ("summary", "list"):
+        code, out, err = cli(command, str(tmp_path))
+        assert code == 0 and "model.class=GPT2LMHeadModel" in out, (command, out, err)
+    assert cli("export", str(tmp_path))[0] == 0
+    assert set(pd.read_csv(tmp_path / "runs.csv")["model.class"]) == {"GPT2LMHeadModel"}
+    assert cli("report", str(tmp_path))[0] == 0
+    assert "<h2>study study: GPT2LMHeadModel (depth 3) · teacher" in (tmp_path / "report.html").read_text()
+
+
+def test_one_seed_says_what_the_interval_leaves_out_and_how_to_add_seeds(cli, tmp_path):
+    """Two widths x one seed: a verdict whose interval holds the LR curves' noise only. summary and
+    report say so and name the re-run that measures the seeds' spread; two seeds say nothing."""
+    study(tmp_path / "one", seeds=1, widths=[64, 128], noise=0.01, name="one")
+    study(tmp_path / "two", seeds=2, widths=[64, 128], noise=0.01, name="two")
+    code, out, err = cli("summary", str(tmp_path / "one"))
+    text = " ".join(out.split())
+    assert code == 0 and "one seed per width: the interval holds no seed-to-seed variation" in text, out
+    assert "re-run the sweep with seed=0,1,2 added" in text and "--until-decided" in text
+    assert cli("report", str(tmp_path / "one"))[0] == 0
+    assert "the interval holds no seed-to-seed variation" in (tmp_path / "one" / "report.html").read_text()
+    code, out, err = cli("summary", str(tmp_path / "two"))
+    assert code == 0 and "seed-to-seed" not in out
+    study(tmp_path / "four", seeds=1, noise=0.01, name="four")  # four widths: the scatter about the line
+    (g,) = analysis.groups(analysis.load_runs(tmp_path / "four"))
+    assert any("through the scatter of the 4 optima about the line (2 degrees of freedom)" in w for w in g.warnings)

@@ -109,3 +109,22 @@ def test_a_record_nested_100000_deep_is_one_line_not_a_recursion_error(tmp_path)
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(RecordError, match="unreadable record \\(nested deeper than 32 levels\\)"):
         read_record(path)
+
+
+def test_rounds_file_keeps_other_sweeps_groups_and_skips_what_it_cannot_read(tmp_path):
+    from lrtransfer.store import ROUNDS_NAME, read_rounds, write_rounds
+
+    def group(jobs, ended="decided"):
+        return {"jobs": jobs, "run_steps": 10, "ended": ended, "rounds": [
+            {"round": 1, "added": "width 8: log2 LR -8", "run_steps": 10, "drift": None, "drift_ci": None,
+             "verdict": "undetermined", "state": "refining"}]}
+
+    write_rounds(tmp_path, [group(["a", "b"]), group(["c"])])
+    write_rounds(tmp_path, [group(["b", "d"], ended="budget")])  # the same group again (a job in common): replaced
+    assert [g["jobs"] for g in read_rounds(tmp_path / ROUNDS_NAME)] == [["c"], ["b", "d"]]
+    bad = {"groups": [group(["e"]), {**group(["f"]), "rounds": [{"round": "one"}]}]}
+    (tmp_path / ROUNDS_NAME).write_text(json.dumps(bad))
+    assert [g["jobs"] for g in read_rounds(tmp_path / ROUNDS_NAME)] == [["e"]]  # the malformed group left out
+    (tmp_path / ROUNDS_NAME).write_text("{not json")
+    with pytest.warns(UserWarning, match="not an adaptive sweep's rounds"):
+        assert read_rounds(tmp_path / ROUNDS_NAME) == []

@@ -143,6 +143,9 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
     warn += [f"{axis} {s} diverges at the transferred LR (log2 {t_lr:g})" for s, d in zip(scales, diverged_at(cv, scales, t_lr)) if d]
 
     per = sub.groupby(axis)
+    n_seeds = [int(per.get_group(s)["run_seed"].nunique()) for s in scales]
+    if fit is not None and fit.ci is not None and max(n_seeds) == 1:
+        warn.append(one_seed_warning(axis, len(used), int(sub["run_seed"].iloc[0]), window is not None))
     return Group(
         fixed=fixed,
         axis=axis,
@@ -156,7 +159,7 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         best_loss_subgrid=opt.value,
         best_log2_lr_ci=scale_intervals(scales, opt.best, located, boot, inflate),
         optimum=opt.kind,
-        n_seeds=[int(per.get_group(s)["run_seed"].nunique()) for s in scales],
+        n_seeds=n_seeds,
         n_runs=[int(len(per.get_group(s))) for s in scales],
         n_diverged=[int(per.get_group(s)["diverged"].sum()) for s in scales],
         drift_ci=None if fit is None or fit.ci is None else list(fit.ci),
@@ -217,6 +220,22 @@ def transferred_lr(cv: pd.DataFrame, scales: list, best: float | None, maximize:
         return None
     pick = first["mean"].idxmax() if maximize else first["mean"].idxmin()
     return float(first.loc[pick, "log2_lr"])
+
+
+def one_seed_warning(axis: str, located: int, seed: int, adaptive: bool) -> str:
+    """What an interval from one seed per scale holds, and how to add seeds: a seed's optimum moves
+    from seed to seed, and with one seed that spread is measured at best through the optima's
+    scatter about the line, with no degree of freedom at two scales."""
+    if located < 3:
+        held = (f"the interval holds no seed-to-seed variation (with two {axis}s it measures only the noise "
+                "along each LR curve)")
+    else:
+        held = (f"no seed-to-seed spread was measured: the interval sees it only through the scatter of the "
+                f"{located} optima about the line ({located - 2} degree{'s' if located > 3 else ''} of freedom)")
+    if adaptive:  # the sweep chose its seeds and stopped here
+        return f"one seed per {axis}: {held}"
+    return (f"one seed per {axis}: {held}; to measure it, re-run the sweep with seed={seed},{seed + 1},{seed + 2} "
+            f"added (its seed-{seed} jobs are kept), or with --until-decided (seeds where the verdict needs them)")
 
 
 def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:

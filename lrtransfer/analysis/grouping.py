@@ -26,7 +26,7 @@ from lrtransfer.config import RUN_SETTINGS
 _NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id")
 _NOT_GROUPING_PREFIX = ("lr.", "hydra.", *(f"{s}." for s in RUN_SETTINGS))
 # Config values worth naming in a group's `fixed` (besides whatever varies).
-SHOWN = ("study", "model.name", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
+SHOWN = ("study", "model.name", "model.class", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
 
 
 def config_columns(df: pd.DataFrame) -> list[str]:

@@ -2,7 +2,9 @@
 
 A record is a job (one config at every LR of its grid); a run is one LR and one
 seed of it. Each run becomes a row: the job's config as dotted columns
-(`param.name`, `train.steps`, ...) and the run's own numbers (`RUN_COLUMNS`).
+(`param.name`, `train.steps`, ...) and the run's own numbers (`RUN_COLUMNS`). Two
+columns are read off the config: `study` (its `name`) and, for `model=custom`,
+`model.class` (the name `model.target` ends in: `GPT2LMHeadModel`, nanoGPT's `GPT`).
 A job with a second inner axis (`grid.<key>`) adds the key's name (`grid_key`) and
 each run's value (`grid_value`). A config key that a job's option lacks (`param.base_width` of an SP job) is a
 missing value (NaN) in that job's rows, told apart from a key set to null (None).
@@ -184,6 +186,9 @@ def _rows(rec: dict) -> list[dict]:
     """A complete record's runs as flat rows; raises on a malformed record."""
     flat = pd.json_normalize(rec["config"], sep=".").iloc[0].to_dict()
     flat["study"] = flat.pop("name", "default")
+    target = flat.get("model.target")
+    if isinstance(target, str) and ":" in target:  # model=custom: its class (or factory) names it, GPT2LMHeadModel
+        flat["model.class"] = target.rpartition(":")[2]
     for axis in SCALE_AXES:  # the scales every table and figure is built on
         v = flat.get(axis)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:

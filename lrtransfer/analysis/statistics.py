@@ -318,7 +318,9 @@ def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float,
     bx = np.linspace(x.min(), x.max(), 41)
     band = t * np.sqrt(s2 * (1 / w.sum() + (bx - xw) ** 2 / sxx))
     line = intercept + slope * bx
-    method = (f"weighted least squares on the optima, seeds {int(w.min())}..{int(w.max())} per scale "
+    fewest, most = int(w.min()), int(w.max())
+    seeds = f"{fewest} seed{'s' if fewest > 1 else ''}" if fewest == most else f"{fewest} to {most} seeds"
+    method = (f"weighted least squares on the optima, {seeds} per scale "
               f"(adaptive: t, {df} df from the seeds' spread and the scatter about the line)")
     fit = Fit(slope, intercept, (slope - half, slope + half), method, bx, line - band, line + band)
     fit.x, fit.y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

@@ -20,6 +20,7 @@ app = typer.Typer(
     help="Does my learning rate transfer when I scale this model up? Sweep, summarise, plot.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command; sweep keeps -h for its keys
 )
 use_override_aware_bash_script()
 
@@ -31,7 +32,7 @@ HYDRA_HELP = (
 )
 
 
-@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]})
 def sweep(
     overrides: Optional[List[str]] = typer.Argument(
         None, help=HYDRA_HELP, show_default=False, autocompletion=complete_override
@@ -256,7 +257,7 @@ def coord_check(
     overrides: Optional[List[str]] = typer.Argument(
         None,
         help="Config overrides as for sweep (param=mup optim=sgd depth=4 ...); width=64,256,1024 lists the widths "
-        "[default: 64,128,256,512,1024].",
+        "[default: 64,128,256,512,1024]; lrtransfer sweep -h lists the groups and keys.",
         show_default=False,
         autocompletion=complete_override,
     ),
@@ -284,7 +285,7 @@ def inspect(
     overrides: Optional[List[str]] = typer.Argument(
         None,
         help="Config overrides as for sweep (param=mup width=256 param.base_width=64 ...); width=64,256,1024 "
-        "prints one table per width and the ratios between them.",
+        "prints one table per width and the ratios between them; lrtransfer sweep -h lists the groups and keys.",
         show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {config, tensors} (a list of them for several widths)."),
@@ -312,7 +313,9 @@ def main() -> None:
     """Entry point: run the app; known user errors become one line and exit code 2 (a fault such as
     a full disk: 1)."""
     import os
+    import warnings
 
+    from lrtransfer.errors import new_scope
     from lrtransfer.sweeps.messages import describe
 
     # Before torch loads OpenMP: idle threads sleep instead of spin-waiting. With the
@@ -320,7 +323,10 @@ def main() -> None:
     # whenever anything else used a core (measured: 46.8 s -> 0.3 s for a small job).
     # Launcher workers inherit the variable.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not getattr(warnings.showwarning, "once", False):
+        warnings.showwarning = show.each_warning_once(warnings.showwarning)
 
+    new_scope()  # each warning once a command (and once a job of a sweep)
     try:
         app()
     except Exception as e:

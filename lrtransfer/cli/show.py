@@ -53,6 +53,22 @@ def prediction(p, metric: str) -> None:
     typer.echo("")
 
 
+def each_warning_once(showwarning):
+    """`showwarning` for Python's warnings, each text once a process. Python's own record of what it
+    showed is forgotten whenever a library enters `warnings.catch_warnings` (pandas does, often), and
+    one warning raised from two lines shows twice: PyTorch's missing batching rule under vmap, from a
+    user's attention and from lrtransfer's rescaled call of it, would show twice a sweep."""
+    shown = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if (category, str(message)) not in shown:
+            shown.add((category, str(message)))
+            showwarning(message, category, filename, lineno, file, line)
+
+    show.once = True
+    return show
+
+
 @contextmanager
 def warnings_to_stderr():
     """Print the analysis' warnings (skipped records, ...) as `warning: ...` lines."""
@@ -226,17 +242,12 @@ def adaptive_round(r) -> None:
 def adaptive_outcome(outcome) -> None:
     """How each group of an adaptive sweep ended: decided (its verdict), or undecided and why, with
     the cheapest next step."""
-    from lrtransfer.sweeps.outcome import undecided_words
+    from lrtransfer.sweeps.outcome import ended_words
 
     console = wide_console()
     console.print(f"adaptive sweep: {outcome.rounds} round(s), {outcome.spent:,} run-steps"
                   + (f" of a budget of {outcome.budget:,}" if outcome.budget else ""))
     for g in outcome.groups:
-        a = g.analysis
-        if g.end == "decided" and a is not None:
-            console.print(f"  {g.label}: decided, [bold]{a.verdict}[/], drift {a.drift:+.2f} "
-                          f"[{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}] after {g.spent:,} run-steps")
-        else:
-            console.print(f"  {g.label}: {undecided_words(g)}")
+        console.print(f"  {g.label}: {ended_words(g)}", markup=False)
     for line in outcome.lines:
         console.print(f"  [yellow]{line}[/]")

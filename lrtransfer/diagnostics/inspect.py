@@ -18,6 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from lrtransfer.config import Config, semantic
+from lrtransfer.errors import collected
 
 VECTOR = "vector"  # the role of a bias or a gain: one dimension
 
@@ -81,9 +82,9 @@ def inspect(cfg: Config) -> dict:
     doc = {"config": config_dict(cfg), "tensors": _rows(param, model)}
     notes = []
     if hasattr(model, "notes"):  # model=custom: what the rules do unseen, and what they cannot reach
-        with torch.no_grad():
+        with torch.no_grad(), collected() as said:  # what the forward would warn of, said once: as a note
             model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
-        notes = model.notes(param)
+        notes = model.notes(param) + [f"note: {m}" for m in said]
     return {**doc, "notes": notes} if notes else doc
 
 

@@ -106,7 +106,8 @@ class Custom(Module):
 
     def __init__(self, net: nn.Module, layers: list[Layer], readout: Layer, *, runs: int, target: str,
                  input_shape: tuple[int, ...], output_dim: int, output: str = "",
-                 attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = ()) -> None:
+                 attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = (),
+                 explain: Callable[[Exception, int], str | None] | None = None) -> None:
         super().__init__()
         self.runs, self.target, self.input_ndim, self.output_dim = runs, target, len(input_shape), output_dim
         self.output = output
@@ -114,8 +115,9 @@ class Custom(Module):
         # modules it was applied to through their own `scaling` (custom.scale_attention)
         self.attention_scale, self.scaled_modules = attention_scale, list(scaled_modules)
         self.sdpa_calls = 0  # scaled_dot_product_attention calls rescaled (counted by AttentionScale)
+        self.explain = explain  # (error, tokens per example) -> one line, when the module fails on the data's tokens
         self.own_loss = False  # what the forward returns holds a loss of the module's own, ignored
-        self.told = False  # and that was said (once a job)
+        self.told = False  # and that this model said so (`warn` says it once a job)
         with contextlib.suppress(TypeError, ValueError):
             self.takes_targets = "targets" in inspect.signature(net.forward).parameters
         params = dict(net.named_parameters(remove_duplicate=False))
@@ -154,8 +156,14 @@ class Custom(Module):
 
     def _call(self, params: dict, buffers: dict, x: Tensor) -> Tensor:
         kwargs = {"targets": torch.zeros_like(x)} if self.takes_targets and not torch.is_floating_point(x) else {}
-        with AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext():
-            out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
+        try:
+            with AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext():
+                out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
+        except Exception as e:  # a context longer than the module's own (its position table): one line
+            line = self.explain(e, x.shape[-1]) if self.explain is not None and not torch.is_floating_point(x) else None
+            if line is None:
+                raise
+            raise ConfigError(line) from None
         y = self.logits_of(out)
         if isinstance(y, Tensor) and y.shape[-1] > self.output_dim and not torch.is_floating_point(x):
             y = y[..., : self.output_dim]  # a vocabulary larger than the data's: its own tokens never occur
@@ -269,20 +277,23 @@ class Custom(Module):
                 out.append(f"note: {atom.user_names['weight']} is tied to the readout {atom.tied.name}: one tensor, "
                            f"one init and LR (an embedding's, role {atom.role}); the readout's forward multiplier "
                            f"({atom.tied.weight_mult:.4g}) reaches only its readout use, as mup's MuSharedReadout")
-        if self.own_loss:
-            out.append(f"note: model.target={self.target} returns a loss of its own: it is ignored, the task's is trained")
         if not self.attention or not param.rescales_attention():
             return out
         rule = "muP's 1/d attention scale" if param.name == "mup" else f"param={param.name}'s attention rule"
-        where = ([f"the `scaling` of {len(self.scaled_modules)} attention modules ({', '.join(self.scaled_modules[:2])}"
-                  f"{', ...' if len(self.scaled_modules) > 2 else ''})"] if self.scaled_modules else []) + (
+        where = ([f"the `scaling` of {len(self.scaled_modules)} attention modules ({listed(self.scaled_modules, 2)})"]
+                 if self.scaled_modules else []) + (
                  [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]
                  if self.sdpa_calls else [])
         if where:
             return out + [f"note: {rule} applied through {' and '.join(where)}; queries keep their init "
                           "(muP's zero query is not applied)"]
-        return out + [f"warning: {', '.join(self.attention[:3])} computes attention: {rule} cannot be applied "
+        return out + [f"warning: {listed(self.attention, 3)} computes attention: {rule} cannot be applied "
                       "from outside the module (it keeps its own scale)"]
+
+
+def listed(names: list[str], n: int) -> str:
+    """The first n names, and `...` when there are more."""
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def stopped_at(e: Exception) -> str:

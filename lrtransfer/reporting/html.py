@@ -2,7 +2,8 @@
 
 Everything is inside the file: figures as base64 PNG, styles inline, no scripts,
 no link to anything outside. Built from the analysis' groups and the runs table
-(never from the engine).
+(never from the engine), and for an adaptive study from its rounds file, which the
+sweep wrote beside the records (`store.ROUNDS_NAME`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pandas as pd
 
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
+from lrtransfer.analysis.group import adaptive_design
 from lrtransfer.analysis.summary import skipped_lines
+from lrtransfer.store import ROUNDS_NAME, read_rounds
 from lrtransfer.reporting.panels import description, drift_words, families, natural, panel_labels
 from lrtransfer.reporting.plots import family_figures
 from lrtransfer.config import RUN_SETTINGS
@@ -52,6 +55,15 @@ scatter of the optima about the line. The verdict is <i>transfers</i> when the w
 &plusmn;{TOLERANCE}, <i>drifts down/up</i> when it excludes 0, <i>inconclusive</i> otherwise, and <i>undetermined</i> when no interval
 can be given (one scale, an optimum on the edge of the grid, too little data). The <b>cost of
 transferring</b> is how much worse each scale does at the smallest scale's best grid LR than at its own.</p>
+"""
+
+
+HOW_TO_READ_ADAPTIVE = """
+<p class="muted"><b>An adaptive study</b> (<code>--until-decided</code>) trained its LRs and seeds in
+rounds, each chosen from the ones before it (the table under each group). Its optima are the
+least-squares parabola through the LRs within an octave of the best one, and its drift's interval
+that of a weighted regression with replicates (one seed's variance pooled from the seeds' spread and
+the scatter about the line).</p>
 """
 
 
@@ -116,21 +128,56 @@ def _diverged_lrs(g: Group, scale) -> list[float]:
     return c[(c["scale"] == scale) & (c["n_diverged"] > 0)]["log2_lr"].tolist()
 
 
+# The keys an adaptive sweep sets for each job it plans: its LR blocks, not the user's choice.
+ROUND_KEYS = ("lr.log2_min", "lr.log2_max", "lr.log2_step")
+
+
 def config_table(runs: pd.DataFrame) -> str:
     """A study's configuration: what all its jobs share, then what varies.
 
     Where and how the jobs ran (`engine.*`: device, threads, chunking) and where
-    their results also went (`tracker.*`) are left out: they change no result.
+    their results also went (`tracker.*`) are left out: they change no result. An
+    adaptive study's LR blocks (`ROUND_KEYS`) are its rounds' choice: one row says
+    which LRs they chose instead.
     """
     settings = tuple(f"{s}." for s in RUN_SETTINGS)
-    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id") and not c.startswith(settings)]
+    hidden = ROUND_KEYS if adaptive_design(runs) else ()
+    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id", *hidden)
+            and not c.startswith(settings)]
     same, varies = [], []
     for c in sorted(cols):
         values = sorted({str(v) for v in runs[c]}, key=natural)
         (same if len(values) == 1 else varies).append((c, values))
+    if hidden:
+        lrs = runs["log2_lr"]
+        same.append(("log2 LR", [f"{lrs.nunique()} LRs from {lrs.min():g} to {lrs.max():g}, chosen round by round"]))
     rows = [f"<tr><td class='k'>{_e(c)}</td><td class='k'>{_e(v[0])}</td></tr>" for c, v in same]
     rows += [f"<tr><td class='k'>{_e(c)}</td><td class='k'><b>{_e(', '.join(v))}</b></td></tr>" for c, v in varies]
     return f"<table><tr><th class='k'>key</th><th class='k'>value (bold: varies)</th></tr>{''.join(rows)}</table>"
+
+
+def rounds_table(log: dict) -> str:
+    """An adaptive sweep's rounds for one group: what each added (LRs, seeds), its run-steps, the
+    drift and its interval after it, and how the sweep ended."""
+    head = ("<tr><th>round</th><th class='k'>what it added</th><th>run-steps</th><th>drift after it</th>"
+            f"<th>{CONFIDENCE:.0%} interval</th><th>verdict</th><th>then</th></tr>")
+    rows = [f"<tr><td>{r['round']}</td><td class='k'>{'<br>'.join(_e(x) for x in r['added'].split('; '))}</td>"
+            f"<td>{r['run_steps']:,}</td><td>{_f(r['drift'], '+.2f')}</td><td>{_interval(r['drift_ci'])}</td>"
+            f"<td>{_e(r['verdict'])}</td><td>{_e(r['state'])}</td></tr>" for r in log["rounds"]]
+    ended = log["ended"] or "not finished: the same command goes on from here"
+    return (f"<p><span class='muted'>adaptive sweep: {len(log['rounds'])} round(s), {log['run_steps']:,} run-steps; "
+            f"</span>{_e(ended)}</p><table>{head}{''.join(rows)}</table>")
+
+
+def rounds_logs(directory: Path) -> list[dict]:
+    """The groups of every adaptive sweep's rounds file below `directory`."""
+    return [g for path in sorted(Path(directory).rglob(ROUNDS_NAME)) for g in read_rounds(path)]
+
+
+def _rounds_of(g: Group, logs: list[dict]) -> dict | None:
+    """The rounds that planned this group's jobs, if an adaptive sweep did."""
+    jobs = set(g.runs["job_id"]) if g.runs is not None else set()
+    return next((log for log in logs if jobs & set(log["jobs"])), None)
 
 
 def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_lr: float | None = None) -> str:
@@ -152,6 +199,9 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
     if lines:
         parts.append("<p class='warn'>" + "<br>".join(_e(line) for line in lines) + "</p>")
     parts.append(HOW_TO_READ)
+    logs = rounds_logs(directory)
+    if any(adaptive_design(g.runs) for g in groups if g.runs is not None):
+        parts.append(HOW_TO_READ_ADAPTIVE)
 
     shown = [(family, _pngs(family, metric, curves_lr)) for family in families(groups)]
     scale = _image_scale([png for _, figs in shown for _, png in figs])
@@ -168,6 +218,9 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
             parts.append(group_table(g))
             if g.joint is not None:
                 parts.append(joint_table(g))
+            log = _rounds_of(g, logs)
+            if log is not None:
+                parts.append(rounds_table(log))
         for stem, png in figs:
             data = base64.b64encode(png).decode("ascii")
             width = f"{100 * _png_width(png) * scale:.2f}%"

@@ -49,6 +49,19 @@ class Cut:
 
 
 @dataclass
+class Trained:
+    """One round of one group as it ended: what it trained and the interval after it."""
+
+    index: int
+    requests: list  # the round's `rounds.Request`s for this group
+    run_steps: int  # their run-steps (jobs already planned by an earlier round cost nothing again)
+    drift: float | None
+    drift_ci: list | None
+    verdict: str
+    state: str  # what the group does next: refining | seeding, or how it ended
+
+
+@dataclass
 class GroupRun:
     """One group of the sweep as the rounds go: its scales' states, its jobs, its latest analysis."""
 
@@ -63,6 +76,7 @@ class GroupRun:
     step: rounds.Step | None = None
     end: str | None = None  # decided | stuck | out of seeds | budget | failed
     cut: Cut | None = None  # the first round the budget cut short, if one was
+    history: list[Trained] = field(default_factory=list)  # its rounds so far
 
     @property
     def settings(self) -> rounds.Settings:
@@ -137,6 +151,7 @@ def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
         else:
             folders = _run_round(sweeper, [o for _, _, o in jobs], report)
         folders = folders if len(folders) == len(jobs) else [_folder(sweeper, o) for _, _, o in jobs]
+        before = {id(g): g.spent for g in groups}
         for (g, rq, _), folder in zip(jobs, folders):
             rounds.apply(g.states, [rq])
             if folder not in g.jobs:
@@ -155,6 +170,12 @@ def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
         spent = sum(g.spent for g in groups)
         requests, trimmed = _within_budget(groups, requests, spent, budget, budget_s, started, index + 1)
         lines += trimmed
+        for g in groups:
+            mine = [rq for h, rq, _ in jobs if h is g]
+            if mine and g.analysis is not None:
+                a = g.analysis
+                g.history.append(Trained(index, mine, g.spent - before[id(g)], a.drift, a.drift_ci, a.verdict,
+                                         g.end or (g.step.state if g.step else "")))
         if on_round is not None and not plan_only:
             on_round(Round(index, groups, spent, budget, lines))
     if plan_only:

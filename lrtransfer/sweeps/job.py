@@ -26,7 +26,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer import __version__
-from lrtransfer.errors import warn
+from lrtransfer.errors import new_scope, warn
 from lrtransfer.sweeps import progress, requeue
 from lrtransfer.training import stop
 from lrtransfer.sweeps.checkpoint import NAME as CHECKPOINT
@@ -183,6 +183,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
     from lrtransfer.training import build, engine
 
     started = time.perf_counter()
+    new_scope()  # each warning once a job
     base = {
         "job_id": job_id(cfg),
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),

@@ -116,7 +116,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
     job_overrides = expand(sweeper, arguments)
     _check_launcher(sweeper.config)
     if adaptive.requested(sweeper, job_overrides):
-        last_report = adaptive.run(sweeper, job_overrides, on_round=on_round)
+        last_report = adaptive.run(sweeper, job_overrides, on_round=_logged(on_round))
         return []
     if sweeper.action == "plan":
         from lrtransfer.sweeps.plan import survey
@@ -128,6 +128,18 @@ def sweep(sweeper, arguments: list[str]) -> list:
     last_report = report
     run_jobs(sweeper, todo, report)
     return []
+
+
+def _logged(then):
+    """As each round ends: its groups' rounds into their study's rounds file (`report` shows them), then `then`."""
+    from lrtransfer.sweeps.outcome import write_rounds_log
+
+    def on_round(r) -> None:
+        write_rounds_log(r.groups)
+        if then is not None:
+            then(r)
+
+    return on_round
 
 
 def _check_launcher(cfg) -> None:

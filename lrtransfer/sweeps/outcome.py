@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from lrtransfer.config.validate import MAX_BUDGET, MAX_BUDGET_S
 from lrtransfer.errors import UserError
+from lrtransfer.store import write_rounds
 from lrtransfer.sweeps import rounds
 from lrtransfer.sweeps.adaptive import GroupRun, Outcome
 
@@ -93,6 +94,36 @@ def undecided_words(g: GroupRun) -> str:
         how.append(f"adaptive.max_seeds={most}")
     return (line + f"; cheapest next step: {sum(extra.values())} more seed(s) ({seeds}), about {cost:,} run-steps, "
             f"if the drift and its noise stay as they are" + (f": re-run with {' and '.join(how)}" if how else ""))
+
+
+def ended_words(g: GroupRun) -> str:
+    """How a group's rounds ended: decided (after how many rounds and run-steps, its verdict), or
+    `undecided_words`; "" while it is still going."""
+    a = g.analysis
+    if g.end == "decided" and a is not None:
+        return (f"decided after {len(g.history)} round(s), {g.spent:,} run-steps: {a.verdict}, drift {a.drift:+.2f} "
+                f"[{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]")
+    return undecided_words(g) if g.end else ""
+
+
+def rounds_log(g: GroupRun) -> dict:
+    """A group's rounds as its study's rounds file keeps them (`store.write_rounds`), for `report`:
+    per round what it added (LRs, seeds), its run-steps and the drift after it; how it ended."""
+    done = [{"round": t.index, "added": next_words(rounds.Step(t.requests), g.axis), "run_steps": t.run_steps,
+             "drift": t.drift, "drift_ci": None if t.drift_ci is None else list(t.drift_ci), "verdict": t.verdict,
+             "state": t.state} for t in g.history]
+    return {"fixed": g.fixed, "axis": g.axis, "jobs": [f.name for f in g.jobs], "rounds": done, "run_steps": g.spent,
+            "ended": ended_words(g)}
+
+
+def write_rounds_log(groups: list[GroupRun]) -> None:
+    """Every group's rounds so far into its study's rounds file (a study: the folder of its jobs)."""
+    by_study: dict = {}
+    for g in groups:
+        if g.jobs:
+            by_study.setdefault(g.jobs[0].parent, []).append(rounds_log(g))
+    for study, logs in by_study.items():
+        write_rounds(study, logs)
 
 
 def outcome_dict(outcome: Outcome) -> dict:

@@ -9,15 +9,17 @@ written: data a sweep would download is not fetched (nor checked), and a folder 
 to test it is removed; a dataset that caches what it generates (MNIST-1D) may fill its
 cache, as the sweep would. A job with a checkpoint counts only the run-steps left.
 
-The time estimate divides work by a rate measured on this machine: the seconds per
-run-step (one LR run, one training step) of the jobs already finished in the same
-studies, else anywhere under the results folder. Jobs differ in size, so it is a
-rough figure, and the plan says which jobs it was measured on.
+The time estimate (`estimate`) prices each job by its own model's rate on this machine,
+in seconds per run-step (one LR run, one training step): the finished jobs of the same
+model under the results folder (the same config but for its LRs, seeds and steps, on
+the same device and threads), else a few steps of its ensemble timed here. A nanoGPT
+is not priced as the demo's MLP, and the plan says which rate each model got.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,12 +42,25 @@ class PlanEntry:
 
 
 @dataclass
+class Rate:
+    """A model's seconds per run-step on this machine, and where it comes from."""
+
+    seconds_per_run_step: float
+    source: str  # "N finished job(s) of it" | "timed: N step(s) here"
+    jobs: list[str] = field(default_factory=list)  # the varying overrides of the jobs to run it prices
+
+
+@dataclass
 class Plan:
     jobs: list[PlanEntry] = field(default_factory=list)
     first_config: DictConfig | None = None  # the first job's composed config, without `hydra`
-    seconds_per_run_step: float | None = None
-    rate_from: str = ""  # which finished jobs the rate was measured on
     adaptive: list[str] = field(default_factory=list)  # an adaptive sweep's round and budget, said first
+    configs: dict = field(default_factory=dict, repr=False)  # job id -> (composed config, validated config)
+
+    @functools.cached_property
+    def rates(self) -> dict[str, Rate]:
+        """Job id (of each job to run) -> its model's rate (`estimate`; timing runs once, when asked)."""
+        return estimate(self.todo, self.configs)
 
     @property
     def todo(self) -> list[PlanEntry]:
@@ -57,7 +72,10 @@ class Plan:
 
     @property
     def estimate_s(self) -> float | None:
-        return None if self.seconds_per_run_step is None else self.run_steps_todo * self.seconds_per_run_step
+        todo = self.todo
+        if not todo or any(j.job_id not in self.rates for j in todo):
+            return None
+        return sum(j.run_steps * self.rates[j.job_id].seconds_per_run_step for j in todo)
 
 
 def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
@@ -76,7 +94,7 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
                 status, left = ("resumes" if status == "missing" else status), left - done
         plan.jobs.append(PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
                                    runs_per_job(job.typed)))
-    plan.seconds_per_run_step, plan.rate_from = measured_rate({j.folder.parent for j in plan.jobs})
+        plan.configs[job.folder.name] = (job.cfg, job.typed)
     return plan
 
 
@@ -129,22 +147,103 @@ def record_run_steps(record: dict) -> int:
     return len(record.get("runs") or []) * int(record["config"]["train"]["steps"])
 
 
-def measured_rate(studies: set[Path]) -> tuple[float | None, str]:
-    """Seconds per run-step of the finished jobs in `studies`, else anywhere under their results folder."""
-    roots = [(sorted(studies), "in this study" if len(studies) == 1 else "in these studies"),
-             (sorted({s.parent for s in studies}), "elsewhere under the results folder")]
-    for folders, where in roots:
-        seconds = steps = jobs = 0
-        for folder in folders:
-            if not folder.is_dir():
-                continue
-            for _, record in iter_records(folder, warn=False):
+# ---------------------------------------------------------------- the time estimate
+TIMED_STEPS = (2, 20, 0.5)  # steps timed after a warm-up one: at least 2, at most 20, until 0.5 s have passed
+
+
+def estimate(todo: list[PlanEntry], configs: dict) -> dict[str, Rate]:
+    """Each job's rate: its own model's finished jobs under the results folder (their wall time over
+    their run-steps), else its ensemble timed here (`timed_rate`), once per model. `configs`: job
+    id -> (composed config, validated config)."""
+    keys = {j.job_id: model_key(*configs[j.job_id]) for j in todo}
+    found = finished_rates({j.folder.parent.parent for j in todo}, set(keys.values()))
+    rates: dict[tuple, Rate] = {}
+    tasks: dict = {}  # each data config's task, built once
+    for j in todo:
+        key = keys[j.job_id]
+        if key not in rates:
+            rates[key] = found.get(key) or timed_rate(configs[j.job_id][1], tasks)
+        rates[key].jobs.append(j.varying)
+    return {j.job_id: rates[keys[j.job_id]] for j in todo}
+
+
+def model_key(cfg: DictConfig, typed) -> tuple:
+    """What sets a job's time per run-step: its config but for its LRs, seeds and steps (`semantic`,
+    as its record's), the device and the threads it runs on."""
+    from lrtransfer.config import semantic
+    from lrtransfer.sweeps.job import thread_count
+
+    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # Hydra's own keys resolve only in a job
+    return _key(semantic(job), str(_device(typed.engine.device)), thread_count(typed.engine.threads))
+
+
+def _key(semantic_config: dict, device: str, threads: int) -> tuple:
+    same = {k: v for k, v in semantic_config.items() if k not in ("lr", "seed", "n_seeds")}
+    same["train"] = {k: v for k, v in (same.get("train") or {}).items() if k != "steps"}
+    return repr(sorted(same.items())), device, threads
+
+
+def _device(spec: str):
+    from lrtransfer.training.build import select_device
+
+    return select_device(spec)
+
+
+def finished_rates(roots: set[Path], wanted: set[tuple]) -> dict[tuple, Rate]:
+    """Seconds per run-step of the finished jobs below `roots`, per model (`model_key`) of `wanted`."""
+    from lrtransfer.config import semantic
+
+    totals: dict[tuple, list] = {}
+    for root in roots:
+        for _, record in iter_records(root, warn=False) if root.is_dir() else ():
+            try:
                 n = record_run_steps(record) if record["status"] == "complete" else 0
-                if n and record.get("wall_time_s"):
-                    seconds, steps, jobs = seconds + record["wall_time_s"], steps + n, jobs + 1
-        if steps:
-            return seconds / steps, f"{jobs} finished job(s) {where}"
-    return None, ""
+                key = _key(semantic(record["config"]), str(record.get("device")), record.get("threads"))
+            except (KeyError, TypeError, ValueError, AttributeError):  # another version's record: not this model's
+                continue
+            if n and record.get("wall_time_s") and key in wanted:
+                t = totals.setdefault(key, [0.0, 0, 0])
+                t[0], t[1], t[2] = t[0] + record["wall_time_s"], t[1] + n, t[2] + 1
+    return {k: Rate(seconds / steps, f"{jobs} finished job(s) of it") for k, (seconds, steps, jobs) in totals.items()}
+
+
+def timed_rate(typed, tasks: dict) -> Rate:
+    """Seconds per run-step of a job's model, timed here: one ensemble of its runs (as many as the
+    engine puts in one) steps once to warm up (allocation, first kernels), then `TIMED_STEPS`."""
+    import time
+
+    import torch
+
+    from lrtransfer.sweeps.job import runs_of, thread_count
+    from lrtransfer.training import build, engine
+    from lrtransfer.training.memory import chunk_size
+
+    def now() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(thread_count(typed.engine.threads))
+    try:
+        device, dtype = _device(typed.engine.device), build.DTYPES[typed.train.dtype.value]
+        if (repr(typed.data), dtype) not in tasks:
+            tasks[repr(typed.data), dtype] = build.task(typed, device, dtype)
+        built = build.job(typed, device, data=tasks[repr(typed.data), dtype])
+        runs = runs_of(typed)
+        ensemble = engine.Ensemble(built, runs[: chunk_size(built, len(runs))])
+        started = now()
+        ensemble.step()
+        first = now() - started  # all there is of a one-step job
+        least, most, seconds = TIMED_STEPS
+        n, started = 0, now()
+        while n < min(most, typed.train.steps - 1) and (n < least or now() - started < seconds):
+            ensemble.step()
+            n += 1
+        per_step = (now() - started) / n if n else first
+    finally:
+        torch.set_num_threads(threads)
+    return Rate(per_step / ensemble.K, f"timed: {n or 1} step(s) here")
 
 
 def format_duration(seconds: float) -> str:
@@ -166,10 +265,17 @@ def describe(plan: Plan) -> list[str]:
     todo = plan.todo
     total = f"to run: {len(todo)} job(s), {plan.run_steps_todo:,} run-steps (K runs x steps; K = LRs x seeds, x the values of a grid.<key>)"
     if not todo:
-        total = "nothing to run: every job is done or running"
-    elif plan.estimate_s is not None:
-        total += (f"; ~{format_duration(plan.estimate_s)} in-process at {plan.seconds_per_run_step * 1e3:.3g} ms "
-                  f"per run-step (the mean of {plan.rate_from}; bigger jobs take longer per step)")
-    else:
-        total += "; no finished job here yet to measure this machine's rate on (run one, then ask again)"
-    return [*lines, total]
+        return [*lines, "nothing to run: every job is done or running"]
+    if plan.estimate_s is None:
+        return [*lines, total]
+    return [*lines, f"{total}; ~{format_duration(plan.estimate_s)} in-process, at each model's own rate:",
+            *rate_lines(plan)]
+
+
+def rate_lines(plan: Plan) -> list[str]:
+    """One line per model of the jobs to run: its rate, where it comes from, the jobs it prices."""
+    out = []
+    for rate in {id(r): r for r in plan.rates.values()}.values():
+        jobs = ", ".join(rate.jobs[:3]) + (f" and {len(rate.jobs) - 3} more" if len(rate.jobs) > 3 else "")
+        out.append(f"  {rate.seconds_per_run_step * 1e3:.3g} ms per run-step ({rate.source}): {jobs}")
+    return out

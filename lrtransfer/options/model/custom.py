@@ -31,7 +31,8 @@ from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import assign_roles, find_readout, layers_of
 from lrtransfer.nn.wrapped import Custom
 from lrtransfer.options.model.sources import source_hash
-from lrtransfer.options.model.target import ARGUMENTS, check_keys, construct, load
+from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
+                                             int_fields, load)
 from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
 
 
@@ -58,6 +59,10 @@ class CustomOptions:
     # "" passes `width` to a factory that names it. depth_key likewise for the depth (n_layer).
     width_key: Any = added("")
     depth_key: str = added("")
+    # The fields the data's vocabulary and context length go into, where a config names them otherwise
+    # than the published ones do (vocab_size; block_size, n_positions, ...): vocab, ctx.
+    vocab_key: str = added("")
+    context_key: str = added("")
     # Where the logits are in what the forward returns: "" infers (a tensor; the `logits` of an
     # output object or dict; the first element of a tuple), else an attribute, key or index.
     output: str = added("")
@@ -80,8 +85,8 @@ class CustomOptions:
             where, _, name = self.config.rpartition(":")
             if not (where and name.isidentifier()):
                 raise ConfigError(f"model.config={self.config!r} must be path/to/file.py:NAME or package.module:NAME")
-        check_keys(self.width_key, self.depth_key,
-                   {"model.config_kwargs": self.config_kwargs} if self.config else {"model.kwargs": self.kwargs})
+        check_keys(self.width_key, self.depth_key, self.vocab_key, self.context_key,
+                   given={"model.config_kwargs": self.config_kwargs} if self.config else {"model.kwargs": self.kwargs})
         overlap = sorted(set(self.kwargs or {}) & set(ARGUMENTS))
         if overlap:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "
@@ -118,13 +123,15 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     if all(layer.role == FIXED for layer in layers):
         raise ConfigError(f"model.target={target}: no parameter grows with width "
                           f"({', '.join(list(shapes)[:4]) or 'it has none'} keep their shapes at width={2 * width})")
+    fields = int_fields(net, fn, options)
+    check_vocabulary(target, layers, output_dim, fields)
     readout = find_readout(layers, output_dim, options.readout, target)
     if options.readout and not readout.tied:
         readout.role = OUTPUT  # the user's word: this weight makes the logits
     scale = attention_rule(param)
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
                   output_dim=output_dim, output=options.output, attention_scale=scale,
-                  scaled_modules=scale_attention(net, scale))
+                  scaled_modules=scale_attention(net, scale), explain=context_failure(target, layers, output_dim, fields))
 
 
 def attention_rule(param):
@@ -135,16 +142,25 @@ def attention_rule(param):
     return lambda d: param.attention_scale(d) * math.sqrt(d)
 
 
+# The names transformers' attention modules give the head size their `scaling` is computed from
+# (5.24: `head_dim` in most; `attention_head_size` in BERT and its kin, `head_size` in GPT-NeoX,
+# `attention_head_dim` in DAB-DETR; `qk_head_dim`, the query-key size, in DeepSeek's latent attention
+# and its kin, first: it is what their scaling reads).
+HEAD_SIZE_KEYS = ("qk_head_dim", "head_dim", "attention_head_size", "head_size", "attention_head_dim")
+
+
 def scale_attention(net, scale) -> list[str]:
     """Apply `scale` through the hook transformers' attention modules expose: a float `scaling`
-    (their q.k factor, which every attention implementation of theirs reads) beside an int
-    `head_dim`. Returns the modules so scaled."""
+    (their q.k factor, which every attention implementation of theirs reads) beside an int head
+    size (`HEAD_SIZE_KEYS`). Returns the modules so scaled."""
     if scale is None:
         return []
     done = []
     for path, m in net.named_modules():
-        scaling, d = getattr(m, "scaling", None), getattr(m, "head_dim", None)
-        if isinstance(scaling, float) and isinstance(d, int) and not isinstance(d, bool):
+        scaling = getattr(m, "scaling", None)
+        sizes = [getattr(m, k, None) for k in HEAD_SIZE_KEYS]
+        d = next((v for v in sizes if isinstance(v, int) and not isinstance(v, bool)), None)
+        if isinstance(scaling, float) and d is not None:
             m.scaling = scaling * scale(d)
             done.append(f"{path} ({type(m).__name__})")
     return done

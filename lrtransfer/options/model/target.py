@@ -13,19 +13,21 @@ that has fewer embeddings than the data has tokens cannot run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from lrtransfer.errors import ConfigError, one_line
+from lrtransfer.errors import ConfigError, log, one_line
 
 ARGUMENTS = ("width", "depth", "input_shape", "output_dim")  # what a factory may ask for by name
 # The names published configs give the vocabulary and the context length (nanoGPT, GPT-2, Llama, ...),
@@ -107,24 +109,25 @@ def width_fields(width_key: Any) -> list[str]:
     return [width_key] if isinstance(width_key, str) and width_key else list(width_key or {})
 
 
-def check_keys(width_key: Any, depth_key: str, given: dict[str, dict | None]) -> None:
-    """`width_key` and `depth_key` name fields, different ones, that none of the mappings in `given`
-    ({config key: its mapping}, e.g. model.config_kwargs) sets too: a value set twice would be
-    replaced without a word."""
+def check_keys(width_key: Any, depth_key: str, *others: str, given: dict[str, dict | None] | None = None) -> None:
+    """model.width_key and the keys naming one field each (depth_key, and `others`: vocab_key,
+    context_key) name fields; the width's and the depth's are different ones, which none of the
+    mappings in `given` ({config key: its mapping}, e.g. model.config_kwargs) sets too: a value set
+    twice would be replaced without a word."""
     valid = "a field name (n_embd) or a mapping of fields to multiples of the width ('{hidden_size: 1, intermediate_size: 4}')"
     if not isinstance(width_key, (str, dict, type(None))):
         raise ConfigError(f"model.width_key must be {valid}, got {width_key!r}")
     if isinstance(width_key, dict) and not width_key:
         raise ConfigError(f"model.width_key={{}} names no field; give {valid}, or leave it out ('') for a target "
                           "that takes `width` by that name")
-    for key in width_fields(width_key) + [depth_key]:
+    for key in width_fields(width_key) + [depth_key, *others]:
         if key and not str(key).isidentifier():
-            raise ConfigError(f"model.width_key/depth_key: {key!r} is not a field name")
+            raise ConfigError(f"model.width_key/depth_key/vocab_key/context_key: {key!r} is not a field name")
     if depth_key and depth_key in width_fields(width_key):
         raise ConfigError(f"model.depth_key={depth_key} is also a field of model.width_key: the width and the depth "
                           "cannot both go into it")
     filled = {**{f: "model.width_key" for f in width_fields(width_key)}, **({depth_key: "model.depth_key"} if depth_key else {})}
-    for key, mapping in given.items():
+    for key, mapping in (given or {}).items():
         twice = sorted(set(mapping or {}) & set(filled))
         if twice:
             raise ConfigError(f"{key} sets {twice[0]}, which {filled[twice[0]]} fills with the "
@@ -198,16 +201,19 @@ def _defaults(cls: Callable) -> Any:
         return None
 
 
-def data_keys(cls: Callable, given: dict[str, Any], vocab: int, context: int, key: str) -> dict[str, Any]:
+def data_keys(cls: Callable, given: dict[str, Any], vocab: int, context: int, key: str,
+              vocab_key: str = "", context_key: str = "") -> dict[str, Any]:
     """{vocab field: the data's vocabulary, context field: its context length} for the names this
-    config knows; a value the user gave is kept where it is large enough, else one line."""
+    config knows (or `model.vocab_key` and `model.context_key` name); a value the user gave is kept
+    where it is large enough, else one line."""
     fields = _fields(cls)
     default = _defaults(cls) if fields is None else None
     out = {}
-    for names, need, what in ((VOCAB_KEYS, vocab, "vocabulary"), (CONTEXT_KEYS, context, "context length")):
+    for names, need, what in (((vocab_key,) if vocab_key else VOCAB_KEYS, vocab, "vocabulary"),
+                              ((context_key,) if context_key else CONTEXT_KEYS, context, "context length")):
         for name in names if need is not None else ():
             known = name in fields if fields is not None else hasattr(default, name)
-            if not known and name not in given:
+            if not known and name not in given and name not in (vocab_key, context_key):
                 continue
             if name in given:
                 if not isinstance(given[name], int) or given[name] < need:
@@ -228,7 +234,7 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
     values = {**given, **scaled_keys(options.width_key, width)}
     if options.depth_key:
         values[options.depth_key] = depth
-    values.update(data_keys(cls, given, vocab, context, "model.config_kwargs"))
+    values.update(data_keys(cls, given, vocab, context, "model.config_kwargs", options.vocab_key, options.context_key))
     check_heads(values, width)
     fields = _fields(cls)
     unknown = sorted(set(values) - fields) if fields is not None else []
@@ -254,6 +260,20 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
     return config
 
 
+@contextlib.contextmanager
+def _prints_to_log(target: str) -> Iterator[None]:
+    """What the model prints while it is built (nanoGPT's "number of parameters") goes to the job's
+    log, not the console: a sweep builds it many times, and `--json` output must stay JSON."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            yield
+    finally:
+        for line in out.getvalue().splitlines():
+            if line.strip():
+                log.info("model.target=%s printed: %s", target, line)
+
+
 def construct(fn: Callable, options, **given) -> nn.Module:
     """The user's module: `fn(config)` when `model.config` is set, else `fn` called with the
     arguments of `given` its signature names (the width under `model.width_key`'s names), plus
@@ -272,6 +292,11 @@ def construct(fn: Callable, options, **given) -> nn.Module:
             named.update(scaled_keys(options.width_key, width))
         if options.depth_key:
             named[options.depth_key] = named.pop("depth")
+        if options.vocab_key or options.context_key:  # the data's sizes, under the names the factory takes them by
+            shape = given["input_shape"]
+            named.update(data_keys(fn, dict(options.kwargs or {}), given["output_dim"] if options.vocab_key else None,
+                                   shape[0] if options.context_key and len(shape) == 1 else None, "model.kwargs",
+                                   options.vocab_key, options.context_key))
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -283,7 +308,8 @@ def construct(fn: Callable, options, **given) -> nn.Module:
         kwargs = {k: v for k, v in named.items() if takes_all or k in params or k not in ARGUMENTS}
         kwargs.update(options.kwargs or {})
     try:
-        module = fn(*args, **kwargs)
+        with _prints_to_log(options.target):
+            module = fn(*args, **kwargs)
     except ConfigError:
         raise
     except Exception as e:
@@ -291,3 +317,62 @@ def construct(fn: Callable, options, **given) -> nn.Module:
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model.target={options.target} returned a {type(module).__name__}, not a torch nn.Module")
     return module
+
+
+# ---------------------------------------------------------------- sizes the data needs, in one line
+def int_fields(net: nn.Module, fn: Callable, options) -> dict[str, int]:
+    """The model's whole-number settings by name, to name the one a message means: its config
+    object's fields (`net.config`, where nanoGPT and transformers keep it), else the target's
+    keyword defaults; less the width's and depth's, which lrtransfer sets."""
+    config = getattr(net, "config", None)
+    if config is not None and hasattr(config, "__dict__"):
+        items = list(vars(config).items())
+    else:
+        try:
+            items = [(n, p.default) for n, p in inspect.signature(fn).parameters.items()]
+        except (TypeError, ValueError):
+            items = []
+    ours = {*scaled_keys(options.width_key, 1), options.depth_key}
+    return {k: v for k, v in items if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_")
+            and k not in ours}
+
+
+def _fields_of(fields: dict[str, int], sizes) -> str:
+    found = [f"{k}={v}" for k, v in fields.items() if v in sizes]
+    return f"its config's {', '.join(found)}" if found else "no field of its config has that value"
+
+
+def check_vocabulary(target: str, layers: list, output_dim: int, fields: dict[str, int]) -> None:
+    """A token model (it has an embedding table) whose logits are fewer than the data's tokens
+    cannot run: one line naming both sizes and `model.vocab_key`, not "no readout found"."""
+    from lrtransfer.nn import OUTPUT
+
+    tables = [layer for layer in layers if layer.kind == "embedding"]
+    made = [(layer.fan_out, layer.names["weight"]) for layer in layers if layer.role == OUTPUT and "weight" in layer.names]
+    made += [(layer.fan_in, layer.tied) for layer in tables if layer.tied]
+    if not tables or not made or max(made)[0] >= output_dim:
+        return
+    n, name = max(made)
+    raise ConfigError(f"model.target={target} makes {n} logits ({name}), fewer than the data's {output_dim} tokens: "
+                      f"name the field that sets its vocabulary with model.vocab_key ({_fields_of(fields, {n})}), "
+                      f"and lrtransfer sets it to {output_dim}")
+
+
+def context_failure(target: str, layers: list, output_dim: int, fields: dict[str, int]) -> Callable:
+    """(error, context length) -> one line when a token model failed on the data's context because
+    its own is shorter (a position table, a field below the data's length), else None."""
+    tables = {layer.fan_in: layer.path for layer in layers if layer.kind == "embedding"}
+
+    def explain(e: Exception, length: int) -> str | None:
+        short = {k: v for k, v in fields.items() if v < length and v in tables and v != output_dim}
+        rows = sorted(r for r in tables if r < length and r != output_dim)
+        if not short and not rows:
+            return None
+        sizes = sorted(set(short.values()) | set(rows))
+        where = [_fields_of(fields, sizes)] + [f"{tables[r]} has {r} rows" for r in rows]
+        return (f"model.target={target} fails on the data's context of {length} tokens (data.seq_len; {one_line(e)}): "
+                f"its own is {' or '.join(map(str, sizes))} ({'; '.join(where)}): name the field that sets its context "
+                f"with model.context_key, and lrtransfer sets it to {length}, or lower data.seq_len")
+
+    return explain
+
