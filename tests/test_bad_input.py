@@ -212,7 +212,7 @@ NEW_KEYS = [
     ("depth field the width field", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=n_embd"],
      "model.depth_key=n_embd is also a field of model.width_key: the width and the depth cannot both go into it"),
     ("depth field not a name", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=1layer"],
-     "model.width_key/depth_key: '1layer' is not a field name"),
+     "'1layer' is not a field name"),
     ("output that is no tensor", ["model=custom", "model.target={models}:Pair", "model.output=1"],
      "model.output=1: model.target={models}:Pair returns a tuple of 2 (Tensor, NoneType), whose 1 is a NoneType, not a tensor of logits"),
     ("output index past the end", ["model=custom", "model.target={models}:Pair", "model.output=5"],
