@@ -21,6 +21,7 @@ import os
 import site
 import sys
 import sysconfig
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 
@@ -124,7 +125,9 @@ def imported_files(path: Path) -> list[Path]:
     while (top / "__init__.py").is_file():  # the folder its outermost package sits in
         top = top.parent
     extra = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    folders = list(dict.fromkeys(p.resolve() for p in (path.parent, top, Path.cwd(), *extra)))
+    with suppress(OSError):  # a working folder that was removed has nothing to import from
+        extra.insert(0, Path.cwd())
+    folders = list(dict.fromkeys(p.resolve() for p in (path.parent, top, *extra)))
     out: list[Path] = []
     for level, module, names in _imports(stamp):
         if level:  # relative: from the importing file's package, `level - 1` packages up
