@@ -28,6 +28,13 @@ class ConfigError(UserError, ValueError):
     """A configuration value is invalid; the message is one line meant for the user."""
 
 
+class Fault(UserError):
+    """Something outside the input stopped a command part way (a full disk): one line saying what
+    was kept and how to go on, and exit code 1, since the input was fine."""
+
+    exit_code = 1
+
+
 def one_line(e: BaseException) -> str:
     """An exception that came from a user's code or a library, as `Type: message` on one line."""
     text = " ".join(str(e).split())

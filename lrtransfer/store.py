@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import warnings
@@ -21,16 +22,24 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import semantic
-from lrtransfer.errors import UserError
+from lrtransfer.config import inner_grid, semantic
+from lrtransfer.errors import ConfigError, UserError
 
 RECORD_NAME = "record.json"
 ROUNDS_NAME = "adaptive.json"  # an adaptive sweep's rounds, group by group, beside its study's records
 FORMAT_VERSION = 1
+# Levels of lists and mappings a record may hold; a job writes 5 at most (a run's grid value,
+# a grid's list of values), a model's own keyword arguments a few more.
+MAX_NESTING = 32
 
 
 class RecordError(UserError, ValueError):
-    """A record file cannot be read; the message names the file."""
+    """A record file cannot be used; the message names the file and why. `record` is what was
+    read of it (None where the file is no JSON at all)."""
+
+    def __init__(self, message: str, record: Any = None) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 def job_id(cfg: DictConfig | dict) -> str:
@@ -102,16 +111,109 @@ def write_record(folder: Path, record: dict) -> Path:
 
 
 def read_record(path: Path) -> dict:
+    """The record at `path`, or a `RecordError` naming the file and what is wrong with it.
+
+    Reading runs no code (plain JSON) and never recurses without bound: a file nested
+    deeper than Python can parse, or than a record ever is, is refused like a truncated one.
+    """
+    record = None
     try:
         with open(path) as f:
             record = json.load(f)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:
+        raise RecordError(f"{path}: unreadable record (nested deeper than {MAX_NESTING} levels)") from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:  # ValueError: JSONDecodeError, an integer too long to read
         raise RecordError(f"{path}: unreadable record ({e.__class__.__name__}: {e})") from None
-    if not isinstance(record, dict) or "config" not in record or "status" not in record:
-        raise RecordError(f"{path}: not an lrtransfer record (no 'config' or 'status')")
-    if record["status"] == "complete" and not isinstance(record.get("runs"), list):
-        raise RecordError(f"{path}: complete record without a 'runs' list")
+    problem = record_problem(record)
+    if problem:
+        raise RecordError(f"{path}: {problem}", record)
     return record
+
+
+def record_problem(record: Any) -> str | None:
+    """What makes `record` no usable record, or None: its shape, its nesting, and in a complete
+    one every run's numbers (a record is written whole by a job, so a bad value anywhere
+    means the file was damaged or edited, and none of it is read)."""
+    if not isinstance(record, dict) or "config" not in record or "status" not in record:
+        return "not an lrtransfer record (no 'config' or 'status')"
+    if nesting(record) > MAX_NESTING:
+        return f"malformed record (nested deeper than {MAX_NESTING} levels)"
+    if not isinstance(record["config"], dict):
+        return f"malformed record (config is a {type(record['config']).__name__}, not a mapping)"
+    if not isinstance(record.get("job_id"), (str, type(None))):
+        return f"malformed record (job_id={record['job_id']!r} is not a string)"
+    if record["status"] != "complete":
+        return None
+    runs = record.get("runs")
+    if not isinstance(runs, list):
+        return "complete record without a 'runs' list"
+    if not runs:
+        return "complete record with no runs"
+    try:
+        found = inner_grid(record["config"])
+    except (ConfigError, AttributeError) as e:
+        return f"malformed record ({e})"
+    for i, run in enumerate(runs):
+        why = run_problem(run, None if found is None else found[0])
+        if why:
+            return f"malformed record (run {i}: {why})"
+    return None
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v: Any) -> bool:
+    return _number(v) and math.isfinite(v)
+
+
+def run_problem(run: Any, grid_key: str | None = None) -> str | None:
+    """What is wrong with one run of a complete record, or None. Finite numbers where the
+    analysis reads numbers; a diverged run has no final loss (None), a held-out loss may be
+    missing (None) or not finite (a model that overflows on held-out data only)."""
+    if not isinstance(run, dict):
+        return f"a {type(run).__name__}, not a mapping"
+    if "final_loss" not in run:
+        return "no final_loss"
+    seed, log2_lr, lr, diverged, final = (run.get(k) for k in ("seed", "log2_lr", "lr", "diverged", "final_loss"))
+    checks = [
+        (isinstance(seed, int) and not isinstance(seed, bool), "seed", seed, "a whole number"),
+        (_finite(log2_lr), "log2_lr", log2_lr, "a finite number"),
+        (_finite(lr) and lr > 0, "lr", lr, "a finite positive number"),
+        (isinstance(diverged, bool), "diverged", diverged, "true or false"),
+        (final is None or _number(final) if diverged is True else _finite(final), "final_loss", final,
+         "a finite number (null only for a diverged run)"),
+        (run.get("initial_loss") is None or _finite(run["initial_loss"]), "initial_loss", run.get("initial_loss"),
+         "a finite number or null"),
+        (run.get("diverged_step") is None or isinstance(run["diverged_step"], int), "diverged_step",
+         run.get("diverged_step"), "a whole number or null"),
+    ]
+    checks += [(run.get(k) is None or _number(run[k]), k, run.get(k), "a number or null") for k in ("eval_loss", "eval_acc")]
+    checks += [(isinstance(run.get(k, []), list) and all(v is None or _number(v) for v in run.get(k, [])), k,
+                run.get(k), "a list of numbers") for k in ("history_step", "history_loss")]
+    if grid_key is not None:
+        value = run.get("grid", {}).get(grid_key) if isinstance(run.get("grid"), dict) else None
+        checks.append((_finite(value), f"grid.{grid_key}", value, "a finite number"))
+    for ok, key, value, valid in checks:
+        if not ok:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            return f"{key}={shown} is not {valid}"
+    return None
+
+
+def nesting(obj: Any) -> int:
+    """How deep lists and mappings nest in `obj` (1: a flat one), counted without recursion and
+    only as far as one level past `MAX_NESTING`."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            break
+        stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node)
+                     if isinstance(v, (dict, list)))
+    return deepest if isinstance(obj, (dict, list)) else 0
 
 
 def is_complete(folder: Path) -> bool:

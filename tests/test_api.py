@@ -35,12 +35,23 @@ def test_import_stays_light():
 def test_sweep_leaves_the_callers_environment_and_logging_as_found(tmp_path, monkeypatch):
     import lrtransfer
 
+    from lrtransfer.sweeps import job
+
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    real = job.run_job
+
+    def as_pytorch_does(cfg):  # PyTorch sets it as torch.func first loads torch._dynamo (issue 40, case 13)
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+        return real(cfg)
+
+    monkeypatch.setattr(job, "run_job", as_pytorch_does)
+    before = dict(os.environ)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     result = lrtransfer.sweep([*TINY, "width=16", f"results_dir={tmp_path}", "name=e"])
     assert result["ran"] == 1 and result["groups"][0]["scales"] == [16]
-    assert "HYDRA_FULL_ERROR" not in os.environ
+    assert dict(os.environ) == before
     assert root.handlers == handlers and root.level == level
     assert len(lrtransfer.load(tmp_path)) == 5  # 5 LRs
     assert lrtransfer.sweep([*TINY, "width=16", f"results_dir={tmp_path}", "name=e"])["skipped"] == 1

@@ -7,6 +7,7 @@ docs/troubleshooting.md lists the same cases.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -161,6 +162,70 @@ CATALOGUE = [
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
 
+# Keys added since the last probe (issue 40): adaptive sweeps, --budget, lr.resolution, a published
+# model's config class and fields, its output, the second inner axis.
+CONFIGURED = ["model=custom", "model.target={models}:Configured", "model.config={models}:Cfg"]
+NEW_KEYS = [
+    ("coarse step 0", ["adaptive.coarse_step=0"], "adaptive.coarse_step must be positive, got 0.0"),
+    ("NaN coarse step", ["adaptive.coarse_step=nan"], "adaptive.coarse_step must be positive, got nan"),
+    ("coarse step of 1e9 octaves", ["adaptive.coarse_step=1e9"], "adaptive.coarse_step=1e+09 is beyond the sane bound of 200 octaves"),
+    ("no seeds", ["adaptive.max_seeds=0"], "adaptive.max_seeds must be positive, got 0"),
+    ("a billion seeds", ["adaptive.max_seeds=1000000000"], "adaptive.max_seeds=1e+09 is beyond the sane bound of 100,000 seeds"),
+    ("fractional seeds", ["adaptive.max_seeds=2.5"], "adaptive.max_seeds: Value '2.5' of type 'float' could not be converted to Integer"),
+    ("negative extension", ["adaptive.extend=-1"], "adaptive.extend must be a number of octaves >= 0, got -1.0"),
+    ("extension of 1e9 octaves", ["adaptive.extend=1e9"], "adaptive.extend=1e+09 is beyond the sane bound of 200 octaves"),
+    ("budget key 0", ["adaptive.budget=0"], "adaptive.budget must be positive, got 0"),
+    ("budget key 1e99", ["adaptive.budget=1e99"], "adaptive.budget: Value '1e+99' of type 'float' could not be converted to Integer"),
+    ("time budget key 0", ["adaptive.budget_s=0"], "adaptive.budget_s must be positive, got 0.0"),
+    ("infinite time budget key", ["adaptive.budget_s=inf"], "adaptive.budget_s=inf is beyond the sane bound of 31,622,400 seconds"),
+    ("unknown adaptive metric", ["adaptive.metric=loss"], "adaptive.metric: Invalid value 'loss', expected one of [train_loss, eval_loss, eval_acc]"),
+    ("--budget inf", ["--until-decided", "--budget", "inf"], "--budget 'inf' is beyond the sane bound of 1,000,000,000,000 run-steps"),
+    ("--budget 1e99", ["--until-decided", "--budget", "1e99"], "--budget '1e99' is beyond the sane bound of 1,000,000,000,000 run-steps"),
+    ("--budget 1e99h", ["--until-decided", "--budget", "1e99h"], "--budget '1e99h' is beyond the sane bound of 366 days"),
+    ("--budget infh", ["--until-decided", "--budget", "infh"], "--budget 'infh' is beyond the sane bound of 366 days"),
+    ("--budget of half a run-step", ["--until-decided", "--budget", "0.5"], "--budget '0.5': give a whole number of run-steps"),
+    ("--budget in an unknown unit", ["--until-decided", "--budget", "10x"], "--budget '10x': give run-steps (20000) or a time"),
+    ("negative resolution", ["lr.resolution=-1"], "lr.resolution must be a positive number of octaves, got -1.0"),
+    ("NaN resolution", ["lr.resolution=nan"], "lr.resolution must be a positive number of octaves, got nan"),
+    ("config without a name", [*CONFIGURED[:2], "model.config={models}"],
+     "model.config='{models}' must be path/to/file.py:NAME or package.module:NAME"),
+    ("config that returns None", [*CONFIGURED[:2], "model.config={models}:no_config", "model.width_key=n_embd"],
+     "model.config={models}:no_config returned None, not a config object"),
+    ("config that names nothing", [*CONFIGURED[:2], "model.config={models}:Cgf", "model.width_key=n_embd"],
+     "model.config={models}:Cgf: {models} defines no 'Cgf'; callables there: Cfg, Configured"),
+    ("config kwargs not a mapping", [*CONFIGURED, "model.width_key=n_embd", "model.config_kwargs=3"],
+     "model.config_kwargs must be a mapping such as '{{n_head: 4}}', got 3"),
+    ("config kwargs setting the width field", [*CONFIGURED, "model.width_key=n_embd", "model.config_kwargs={{n_embd: 4}}"],
+     "model.config_kwargs sets n_embd, which model.width_key fills with the width; drop it from model.config_kwargs"),
+    ("config kwargs setting the depth field", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=n_layer",
+                                               "model.config_kwargs={{n_layer: 4}}"],
+     "model.config_kwargs sets n_layer, which model.depth_key fills with the depth; drop it from model.config_kwargs"),
+    ("kwargs setting the width field", ["model=custom", "model.target={models}:build", "model.width_key=width", "model.kwargs={{width: 4}}"],
+     "model.kwargs sets width, which model.width_key fills with the width; drop it from model.kwargs"),
+    ("width field a number", [*CONFIGURED, "model.width_key=3"], "model.width_key must be a field name (n_embd) or a mapping"),
+    ("width fields an empty mapping", [*CONFIGURED, "model.width_key={{}}"], "model.width_key={{}} names no field"),
+    ("a list of widths for one number", [*CONFIGURED, "model.width_key={{n_embd: [1, 2]}}"],
+     "model.width_key: n_embd gets a list of widths [128, 256], but model.config={models}:Cfg takes one number as n_embd"),
+    ("one width for a channel list", ["model=custom", "model.target={models}:channels", "model.width_key=sizes"],
+     "model.width_key: sizes gets one width (128), but model.target={models}:channels takes a list as sizes"),
+    ("width multiple 0", [*CONFIGURED, "model.width_key={{n_embd: 0}}"], "model.width_key: n_embd=0 x width 128 is not a positive whole number"),
+    ("depth field the width field", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=n_embd"],
+     "model.depth_key=n_embd is also a field of model.width_key: the width and the depth cannot both go into it"),
+    ("depth field not a name", [*CONFIGURED, "model.width_key=n_embd", "model.depth_key=1layer"],
+     "'1layer' is not a field name"),
+    ("output that is no tensor", ["model=custom", "model.target={models}:Pair", "model.output=1"],
+     "model.output=1: model.target={models}:Pair returns a tuple of 2 (Tensor, NoneType), whose 1 is a NoneType, not a tensor of logits"),
+    ("output index past the end", ["model=custom", "model.target={models}:Pair", "model.output=5"],
+     "model.output=5: model.target={models}:Pair returns a tuple of 2 (Tensor, NoneType), which has no 5"),
+    ("negative grid value", ["grid.optim.weight_decay=[0,-1]"], "grid.optim.weight_decay=[0.0, -1.0]: optim.weight_decay must be >= 0"),
+    ("infinite output multiplier in a grid", ["param=mup", "grid.param.output_mult=[1,inf]"],
+     "grid.param.output_mult=[1.0, inf]: every value must be finite, got inf"),
+    ("a grid in an adaptive sweep", ["width=16,32", "grid.optim.weight_decay=[0,0.1]", "--until-decided"],
+     "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
+    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
+]
+
 
 @pytest.fixture
 def yaml_dir(tmp_path):
@@ -173,6 +238,8 @@ def yaml_dir(tmp_path):
 
 
 USER_MODELS = """
+from dataclasses import dataclass
+
 from torch import nn
 
 WIDTH = 3
@@ -199,6 +266,38 @@ class First(nn.Module):
 
 def no_readout(width, input_shape):
     return nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, width), First())
+
+
+@dataclass
+class Cfg:
+    n_embd: int
+    n_layer: int = 2
+
+
+def no_config(**kwargs):
+    return None
+
+
+class Configured(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.a, self.b = nn.Linear(32, config.n_embd), nn.Linear(config.n_embd, 10)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+class Pair(nn.Module):
+    def __init__(self, width, input_shape, output_dim):
+        super().__init__()
+        self.a, self.b = nn.Linear(input_shape[0], width), nn.Linear(width, output_dim)
+
+    def forward(self, x):
+        return self.b(self.a(x)), None
+
+
+def channels(input_shape, output_dim, sizes=(8, 16)):
+    return nn.Sequential(nn.Linear(input_shape[0], sizes[0]), nn.ReLU(), nn.Linear(sizes[0], output_dim))
 """
 
 
@@ -210,7 +309,7 @@ def user_models(tmp_path):
     return tmp_path / "usernets.py", tmp_path / "broken.py"
 
 
-CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE]
+CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE + NEW_KEYS]
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +333,23 @@ def finished(tmp_path_factory):
     launch([*TINY, "width=16", f"results_dir={root}", "name=keep"])
     assert list(root.rglob("record.json"))
     return root
+
+
+@pytest.fixture(scope="module")
+def two_widths(tmp_path_factory):
+    """A finished study of two widths, to be copied and damaged."""
+    from lrtransfer.sweeps.launch import launch
+
+    root = tmp_path_factory.mktemp("two")
+    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
+    return root
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return sorted((dst / "s").glob("*/record.json"))
 
 
 @pytest.mark.parametrize("case, args, fragment", CASES)
@@ -290,8 +406,9 @@ def test_reading_a_folder_without_records(cli, tmp_path, command):
     assert code == 2 and "does not exist" in err
 
 
-def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, tmp_path):
-    assert cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")[0] == 0
+def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, two_widths, tmp_path):
+    tmp_path = tmp_path / "r"
+    _copy(two_widths, tmp_path)  # the records of `sweep TINY width=16,32 name=s`
     bad = next((tmp_path / "s").glob("*/record.json"))
     bad.write_text('{"status": "compl')
     code, out, err = cli("summary", str(tmp_path), "--json")
@@ -308,11 +425,11 @@ def test_a_corrupt_record_is_skipped_with_a_warning_naming_it(cli, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["list", "summary", "plot", "report"])
-def test_a_record_whose_width_is_not_a_number(cli, tmp_path, command):
+def test_a_record_whose_width_is_not_a_number(cli, two_widths, tmp_path, command):
     import json
 
-    assert cli("sweep", *TINY, "width=16,32", f"results_dir={tmp_path}", "name=s")[0] == 0
-    paths = sorted((tmp_path / "s").glob("*/record.json"))
+    tmp_path = tmp_path / "r"
+    paths = _copy(two_widths, tmp_path)
     for i, path in enumerate(paths):
         rec = json.loads(path.read_text())
         rec["config"]["width"] = "wide"
@@ -326,3 +443,57 @@ def test_a_record_whose_width_is_not_a_number(cli, tmp_path, command):
 def test_unknown_metric(cli, tmp_path):
     code, _, err = cli("summary", str(tmp_path), "--metric", "loss")
     assert code == 2 and "unknown metric 'loss'; valid: train_loss, eval_loss, eval_acc" in err
+
+
+# ---------------------------------------------------------------- records that cannot quietly change a verdict (issue 40)
+@pytest.mark.parametrize("damage, why", [
+    (lambda rec: rec["runs"][2].update(final_loss="x"), "run 2: final_loss='x' is not a finite number"),
+    (lambda rec: rec["runs"][1].update(log2_lr=float("nan"), final_loss=float("inf")), "run 1: log2_lr=nan is not a finite number"),
+    (lambda rec: rec.update(runs=[]), "complete record with no runs"),
+], ids=["loss x", "NaN LR", "no runs"])
+def test_a_bad_value_inside_a_record_is_said_and_no_verdict_reads_as_whole(cli, two_widths, tmp_path, damage, why):
+    import json
+
+    path = _copy(two_widths, tmp_path / "r")[0]
+    rec = json.loads(path.read_text())
+    damage(rec)
+    runs = len(rec["runs"])  # the runs it holds are all left out
+    path.write_text(json.dumps(rec))
+    code, out, err = cli("summary", str(tmp_path / "r"))
+    assert code == 0 and "Traceback" not in err
+    assert f"-> undetermined (incomplete: 1 record(s) of {runs} runs skipped)" in out, out
+    assert f"1 record(s) skipped ({runs} runs)" in out and why in out, out
+    if why.startswith("run 2"):  # the report says the same (once is enough: it draws figures)
+        code, out, err = cli("report", str(tmp_path / "r"))
+        text = (tmp_path / "r" / "report.html").read_text()
+        assert code == 0 and f"1 record(s) skipped ({runs} runs)" in text
+        assert f"(incomplete: 1 record(s) of {runs} runs skipped)" in text
+
+
+@pytest.mark.parametrize("command", ["summary", "plot", "report", "predict"])
+def test_a_record_nested_100000_deep_is_one_warning(cli, two_widths, tmp_path, command):
+    deep = tmp_path / "r" / "s" / "deep" / "record.json"
+    _copy(two_widths, tmp_path / "r")
+    deep.parent.mkdir()
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = cli(command, str(tmp_path / "r"), *(["--width", "64"] if command == "predict" else []))
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert f"warning: skipped {deep}: unreadable record (nested deeper than 32 levels)" in err
+    assert code == (2 if command == "predict" else 0), err  # predict: the two widths' optima are on the grid's edge
+
+
+def test_a_copied_study_folder_is_read_once(cli, two_widths, tmp_path):
+    """`cp -r results/s results/sc`: its records name study s, and each job is counted once, the copies set aside."""
+    import json
+    import shutil
+
+    _copy(two_widths, tmp_path / "r")
+    shutil.copytree(tmp_path / "r" / "s", tmp_path / "r" / "sc")
+    code, out, err = cli("list", str(tmp_path / "r"))
+    assert code == 0 and re.search(r"│ s\s+│.*│\s+2 │\s+10 │", out), out
+    assert err.count("warning: set aside") == 2 and "another copy of job" in err
+    code, out, err = cli("summary", str(tmp_path / "r"), "--json")
+    doc = json.loads(out)
+    assert [g["n_runs"] for g in doc["groups"]] == [[5, 5]] and len(doc["set_aside"]) == 2
+    code, out, _ = cli("export", str(tmp_path / "r"))
+    assert code == 0 and "(10 runs," in out

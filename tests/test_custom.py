@@ -183,6 +183,89 @@ def test_the_job_id_follows_the_file_content(tmp_path):
     assert job_id(compose(*over[:1], f"model.target={path}:LayerNormMLP")) != job_id(compose(*over))
 
 
+TARGET = """
+from torch import nn
+import helpers
+
+
+def build(width, depth, input_shape, output_dim):
+    return nn.Sequential(nn.Linear(input_shape[0], width), helpers.act(), nn.Linear(width, output_dim))
+"""
+HELPERS = """
+from torch import nn
+
+
+def act():
+    return nn.ReLU()
+"""
+CONFIG = """
+from dataclasses import dataclass
+
+
+@dataclass
+class NetConfig:
+    hidden: int = 8
+    dropout: float = 0.0
+"""
+CONFIGURED = """
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.a, self.b = nn.Linear(32, config.hidden), nn.Linear(config.hidden, 10)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.b(self.drop(self.a(x)))
+"""
+
+
+def test_the_job_id_follows_the_files_the_target_imports(tmp_path, monkeypatch):
+    """Issue 40, case 2: a local module the target imports is part of its identity, by content:
+    editing it recomputes the jobs, moving it (beside the target -> the working folder) does not."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "nets.py").write_text(TARGET)
+    (tmp_path / "a" / "helpers.py").write_text(HELPERS)
+    monkeypatch.chdir(tmp_path)
+    over = ["model=custom", f"model.target={tmp_path / 'a' / 'nets.py'}:build"]
+    before = job_id(compose(*over))
+    (tmp_path / "a" / "helpers.py").rename(tmp_path / "helpers.py")  # moved, unchanged
+    assert job_id(compose(*over)) == before
+    (tmp_path / "helpers.py").write_text(HELPERS.replace("ReLU", "GELU"))  # a different model
+    assert job_id(compose(*over)) != before
+
+
+def test_the_job_id_follows_the_config_classs_file(tmp_path):
+    """Issue 40, case 2: model.config in a file of its own; a changed default is a different model."""
+    (tmp_path / "cfg.py").write_text(CONFIG)
+    (tmp_path / "net.py").write_text(CONFIGURED)
+    over = ["model=custom", f"model.target={tmp_path / 'net.py'}:Net", f"model.config={tmp_path / 'cfg.py'}:NetConfig",
+            "model.width_key=hidden"]
+    before = job_id(compose(*over))
+    assert job_id(compose(*over)) == before
+    (tmp_path / "cfg.py").write_text(CONFIG.replace("dropout: float = 0.0", "dropout: float = 0.5"))
+    assert job_id(compose(*over)) != before
+
+
+def test_a_package_modules_relative_imports_count_and_nothing_runs(tmp_path, monkeypatch):
+    """A module target (`mypkg.nets:build`) imports its package's other modules relatively; they are
+    read, never run, to find them (a module that would leave a marker if run leaves none)."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "nets.py").write_text(TARGET.replace("import helpers", "from . import helpers\nfrom .marker import *"))
+    (pkg / "helpers.py").write_text(HELPERS)
+    (pkg / "marker.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    over = ["model=custom", "model.target=mypkg.nets:build"]
+    before = job_id(compose(*over))
+    assert not (tmp_path / "ran").exists()
+    (pkg / "helpers.py").write_text(HELPERS.replace("ReLU", "GELU"))
+    assert job_id(compose(*over)) != before
+
+
 def test_modular_is_refused_in_one_line():
     from lrtransfer.options.schema import ConfigError
 

@@ -237,3 +237,14 @@ def test_every_figure_is_on_a_page():
     text = "".join(p.read_text() for p in DOCS.glob("*.md"))
     unused = [png.name for png in sorted(DOCS.glob("*.png")) if f"]({png.name}" not in text]
     assert not unused, f"figures in docs/ that no page shows: {unused}"
+
+
+def test_the_security_section_says_what_runs_code_and_what_never_does():
+    """Issue 40, case 9: the model files run; nothing read from a results or data folder does. The
+    section is linked from the README and Getting started."""
+    section = (ROOT / "docs" / "troubleshooting.md").read_text().partition("\n## Security\n")[2]
+    for said in ("`model.target` and `model.config`", "imports its parent packages", "results folder runs code",
+                 "data folder runs code", "weights_only=True", "allow_pickle=False"):
+        assert said in section, said
+    for page in ("README.md", "docs/getting-started.md"):
+        assert "troubleshooting.md#security" in (ROOT / page).read_text(), page

@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -315,3 +316,116 @@ def _training(pid: int) -> bool:
     except OSError:
         return False
     return b"popen_loky" in cmd and state != "Z"
+
+
+def test_a_full_disk_mid_round_is_one_line_and_a_rerun_ends_as_an_uninterrupted_sweep(cli, tmp_path, monkeypatch):
+    """Issue 40, case 4: Hydra cannot write a job's .hydra/config.yaml in an adaptive sweep's second
+    round (a full disk leaves it empty). One line, exit 1, no folder without a record; the re-run
+    replays the rounds and ends with the records of a sweep never cut."""
+    import errno
+
+    from hydra.core import utils
+
+    real, written = utils._save_config, []
+
+    def full_disk(cfg, filename, output_dir):
+        written.append(filename)
+        if written.count("config.yaml") == 3 and filename == "config.yaml":  # round 1 has two jobs
+            output_dir.mkdir(parents=True, exist_ok=True)
+            (output_dir / filename).write_text("")
+            raise OSError(errno.ENOSPC, "No space left on device", str(output_dir / filename))
+        return real(cfg, filename, output_dir)
+
+    args = ["sweep", *TINY, "width=16,32", "--until-decided", "--budget", "100", "name=s"]
+    monkeypatch.setattr(utils, "_save_config", full_disk)
+    code, out, err = cli(*args, f"results_dir={tmp_path / 'cut'}")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: could not write ") and "config.yaml (No space left on device)" in lines[0]
+    assert "re-run the same command" in lines[0]
+    folders = [p for p in (tmp_path / "cut" / "s").iterdir() if p.is_dir()]
+    assert len(folders) == 2 and all((p / "record.json").exists() for p in folders)  # round 1's, nothing half-written
+    monkeypatch.setattr(utils, "_save_config", real)
+    assert cli(*args, f"results_dir={tmp_path / 'cut'}")[0] == 0
+    assert cli(*args, f"results_dir={tmp_path / 'whole'}")[0] == 0
+    assert runs_of(tmp_path / "cut" / "s") == runs_of(tmp_path / "whole" / "s") and len(runs_of(tmp_path / "whole" / "s")) > 2
+
+
+def test_an_adaptive_sweep_waits_for_a_job_another_sweep_is_running(cli, tmp_path):
+    """Issue 40, case 6: two adaptive sweeps into one folder. The one that meets a job the other is
+    running (its lock held, here by this test) waits for it, then trains it when the other stopped
+    without a record; it ends as a sweep alone would, never with "a job failed"."""
+    import fcntl
+    import re
+    import threading
+
+    args = ["sweep", *TINY, "width=16,32", "--until-decided", "--budget", "100", "name=s"]
+    plan = cli(*args[:1], "--plan", *args[1:], f"results_dir={tmp_path / 'shared'}")[1]
+    first, second = re.findall(r"missing .* run-steps\s+(\w{12})", plan)  # round 1's jobs, in launch order
+    lock = tmp_path / "shared" / "s" / second / ".lock"
+    lock.parent.mkdir(parents=True)
+
+    def release_once_the_first_is_done(held) -> None:  # the sweep has then met the second, held
+        deadline = time.time() + 120
+        while not (tmp_path / "shared" / "s" / first / "record.json").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        fcntl.flock(held, fcntl.LOCK_UN)
+
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the other sweep's running job holds it
+        release = threading.Thread(target=release_once_the_first_is_done, args=(held,))
+        release.start()
+        code, out, err = cli(*args, f"results_dir={tmp_path / 'shared'}")
+        release.join()
+    assert code == 0 and "no complete record" not in out + err and "failed" not in out, out + err
+    assert cli(*args, f"results_dir={tmp_path / 'alone'}")[0] == 0
+    assert runs_of(tmp_path / "shared" / "s") == runs_of(tmp_path / "alone" / "s")
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # three processes that import torch and train: ~20 s
+def test_a_python_sweep_killed_under_processes_stops_its_workers_and_leaves_no_submitit_folder(tmp_path):
+    """Issue 40, case 10: `lrtransfer.sweep(...)` (no CLI, so no signal handlers) under
+    hydra/launcher=processes, killed with -9: its workers save their jobs and exit, and submitit's
+    files are not in the study folder."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    script = "import sys, lrtransfer; lrtransfer.sweep(sys.argv[1:])"
+    args = [*LONG, *LAUNCHERS["processes"], f"results_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if sum("runs on" in p.read_text() for p in (tmp_path / "s").glob("*/job.log")) == 2:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # past a checkpoint of each job
+    assert proc.poll() is None, proc.communicate()
+    workers = _descendants(proc.pid)
+    proc.kill()
+    proc.communicate()
+    deadline = time.time() + 60
+    while time.time() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not list((tmp_path / "s").glob("*/record.json")), "a worker trained on to the end after its sweep died"
+    assert not any(_alive(pid) for pid in workers), "a worker went on after its sweep died"
+    assert len(list((tmp_path / "s").glob("*/checkpoint.pt"))) == 2  # each saved its job on the way out
+    assert not (tmp_path / "s" / ".submitit").exists()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import fcntl
 import re
 
+import pytest
+import torch
+
 from tests.conftest import TINY
 
 
@@ -71,3 +74,49 @@ def test_sweep_h_lists_the_users_groups_not_the_internal_ones(cli):
     assert "[mlp]" in groups["model"] and "resnet" in groups["model"] and "[adam]" in groups["optim"]
     assert "parallel" in groups["hydra/launcher"] and "depth" in groups["study"]
     assert "--cfg job" in out and "--plan" in out
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["width=60000"], "width=60000 depth=3 train.batch_size=16: one run needs about"),
+    pytest.param(["engine.device=cuda"], "engine.device=cuda but CUDA is not available here",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    (["results_dir=/proc/x"], "results folder '/proc/x/p' is not writable"),
+], ids=["memory", "no CUDA", "unwritable"])
+def test_plan_makes_every_check_the_sweep_makes(cli, tmp_path, args, fragment):
+    """Issue 40, case 12: what the sweep refuses before training, --plan refuses too (the same
+    function), writing nothing."""
+    code, out, err = cli("sweep", "--plan", *TINY, "width=16", f"results_dir={tmp_path / 'new' / 'deeper'}", "name=p", *args)
+    assert code == 2 and err.startswith("error: ") and fragment in err, (out, err)
+    assert not (tmp_path / "new").exists()
+
+
+def test_plan_counts_a_checkpointed_job_by_the_run_steps_it_has_left(cli, tmp_path, monkeypatch):
+    """Issue 40, case 12: after an interrupt, the job that saved a checkpoint resumes: the plan
+    counts only what is left of it."""
+    from lrtransfer.sweeps.checkpoint import FileCheckpoint
+    from lrtransfer.sweeps.job import runs_of
+    from lrtransfer.training import build, engine, stop
+    from tests.conftest import typed
+
+    over = [*TINY, "width=16", "train.steps=40"]
+    base = ["sweep", "--plan", *over, f"results_dir={tmp_path}", "name=p"]
+    job = re.search(r"missing .* 200 run-steps\s+(\w{12})", cli(*base)[1]).group(1)
+    folder = tmp_path / "p" / job
+    folder.mkdir(parents=True)
+    cfg = typed(*over)
+    seen = []
+
+    def stop_midway(n):
+        seen.append(n)
+        if sum(seen) >= 100:
+            stop.request()
+
+    monkeypatch.setattr(stop, "_requested", False)
+    with pytest.raises(engine.Interrupted):  # as a Ctrl-C in the middle of the job
+        engine.train(build.job(cfg), runs_of(cfg), progress=stop_midway,
+                     checkpoint=FileCheckpoint(folder / "checkpoint.pt", interval_s=1e-9))
+    monkeypatch.setattr(stop, "_requested", False)
+    code, out, _ = cli(*base)
+    left = 200 - sum(seen)
+    assert code == 0 and re.search(rf"resumes .* {left} run-steps\s+{job}", out), out
+    assert "1 job(s): 1 resumes" in out and f"to run: 1 job(s), {left} run-steps" in out

@@ -383,6 +383,24 @@ def test_width_and_depth_as_keyword_arguments(tmp_path, width_key, factor):
     assert fans == [(8, w, "input"), (w, w, "hidden"), (w, w, "hidden"), (w, 20, "output")]
 
 
+def test_a_channel_list_width_key_is_read_back(tmp_path, cli):
+    """The documented list form (`{sizes: [3]}`) lands in each record as a list: every reader takes
+    it as one value of the group's config (issue 40, case 1: it was an unhashable-list TypeError)."""
+    from tests.conftest import TINY
+
+    (tmp_path / "keywords.py").write_text(KEYWORDS)
+    over = [*TINY, "model=custom", f"model.target={tmp_path / 'keywords.py'}:net", "model.width_key={hidden: 1, sizes: [3]}",
+            "model.depth_key=blocks", "width=8,16", f"results_dir={tmp_path}", "name=s"]
+    code, out, err = cli("sweep", *over)
+    assert code == 0 and "Traceback" not in err, err
+    for command in ("summary", "list", "report", "export"):  # report draws the figures plot draws
+        code, out, err = cli(command, str(tmp_path))
+        assert code == 0 and "Traceback" not in err, (command, err)
+    import pandas as pd
+
+    assert set(pd.read_csv(tmp_path / "runs.csv")["model.width_key.sizes"]) == {"[3]"}
+
+
 OUTPUTS = """
 from types import SimpleNamespace
 import torch

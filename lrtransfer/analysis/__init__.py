@@ -13,7 +13,7 @@ grid, which keys are run settings), `errors`. Never the engine, the sweep or the
 figures.
 """
 
-from lrtransfer.analysis.group import Group, analyse, groups
+from lrtransfer.analysis.group import Group, analyse, groups, scanned_groups
 from lrtransfer.analysis.grouping import SHOWN, config_columns, partition, scale_axis, telling_keys
 from lrtransfer.analysis.records import (
     HISTORY_COLUMNS,
@@ -22,6 +22,7 @@ from lrtransfer.analysis.records import (
     SCALE_AXES,
     NoRecordsError,
     Scan,
+    Skipped,
     SkippedRecordWarning,
     check_metric,
     export_frame,
@@ -29,6 +30,7 @@ from lrtransfer.analysis.records import (
     maximizes,
     metric_noun,
     scan,
+    scan_runs,
 )
 from lrtransfer.analysis.statistics import (
     CONFIDENCE,
@@ -57,8 +59,8 @@ from lrtransfer.analysis.summary import group_dict, overview, summarize, summary
 __all__ = [
     "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "HISTORY_COLUMNS", "INTERIOR", "LOCATED", "METRICS", "N_RESAMPLES",
     "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE", "VERDICTS", "Fit", "Group",
-    "NoRecordsError", "Optima", "ScaleOptima", "Scan", "SkippedRecordWarning", "analyse", "check_metric", "config_columns",
-    "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs", "maximizes", "metric_noun", "overview",
-    "partition", "scale_axis", "scan", "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys",
-    "transfer_cost", "verdict",
+    "NoRecordsError", "Optima", "ScaleOptima", "Scan", "Skipped", "SkippedRecordWarning", "analyse", "check_metric",
+    "config_columns", "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs",
+    "maximizes", "metric_noun", "overview", "partition", "scale_axis", "scan", "scan_runs", "scanned_groups",
+    "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys", "transfer_cost", "verdict",
 ]

@@ -15,7 +15,7 @@ import pandas as pd
 from lrtransfer.analysis.grouping import partition, scale_value
 from lrtransfer.analysis.joint import Joint, best_values
 from lrtransfer.analysis.joint import warnings_of as joint_warnings
-from lrtransfer.analysis.records import maximizes
+from lrtransfer.analysis.records import Scan, maximizes
 from lrtransfer.analysis.resampling import replicates, seed_tables
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
@@ -69,6 +69,10 @@ class Group:
     fit: Fit | None = field(default=None, repr=False)
     runs: pd.DataFrame | None = field(default=None, repr=False)
     joint: Joint | None = None  # a second inner axis (`grid.<key>`): each scale's best value; the LR fields are at it
+    # Records of this group's study that were skipped (damaged, edited), and the runs they held:
+    # the numbers above leave them out, so the verdict is of an incomplete study.
+    skipped_records: int = 0
+    skipped_runs: int = 0
 
     @property
     def label(self) -> str:
@@ -91,6 +95,20 @@ def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N
         else:
             g = analyse(sub, axis, fixed, metric, rng, n_resamples)
         out.append(g)
+    return out
+
+
+def scanned_groups(found: Scan, metric: str = "train_loss") -> list[Group]:
+    """The groups of a scanned folder (`records.scan`), each told how many records of its study
+    were skipped, with a warning that says so first: a verdict never reads as a whole study's
+    when part of it could not be read."""
+    out = groups(found.runs, metric)
+    for g in out:
+        g.skipped_records, g.skipped_runs = found.skipped_in(str(g.fixed.get("study")))
+        if g.skipped_records:
+            g.warnings.insert(0, f"incomplete: {g.skipped_records} record(s) of this study ({g.skipped_runs} runs) were "
+                                 "skipped as unreadable or malformed, and these numbers leave them out; a re-run of the "
+                                 "sweep recomputes them")
     return out
 
 

@@ -12,18 +12,20 @@ missing value (NaN) in that job's rows, told apart from a key set to null (None)
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from lrtransfer.config import inner_grid
 from lrtransfer.errors import UserError
-from lrtransfer.store import iter_records
+from lrtransfer.store import RECORD_NAME, RecordError, read_record
 
 SCALE_AXES = ("width", "depth")
 METRICS = ("train_loss", "eval_loss", "eval_acc")
@@ -69,35 +71,97 @@ def metric_noun(metric: str) -> str:
 
 
 @dataclass
+class Skipped:
+    """A record file left out of the analysis, and why."""
+
+    path: str
+    study: str  # its config's name, else the folder it lies in
+    runs: int  # the runs it held (0 where that cannot be told)
+    why: str
+
+    def __str__(self) -> str:
+        return f"skipped {self.path}: {self.why}"
+
+
+@dataclass
 class Scan:
     """Everything found below a results folder."""
 
     runs: pd.DataFrame  # one row per run of every complete record (may be empty)
     failed: list[dict]  # failed jobs: study, job_id, path, error
-    skipped: list[str]  # unreadable or malformed record files, with the reason
+    skipped: list[Skipped]  # unreadable or malformed record files, with the reason
+    set_aside: list[str] = field(default_factory=list)  # further copies of a job already read (a copied study folder)
+
+    def skipped_in(self, study: str) -> tuple[int, int]:
+        """(records, runs) of `study` that were skipped: its verdicts leave them out."""
+        mine = [s for s in self.skipped if s.study == study]
+        return len(mine), sum(s.runs for s in mine)
 
 
 def scan(root: str | Path) -> Scan:
-    """Read every record below `root`; a bad file is skipped with a `SkippedRecordWarning`."""
+    """Read every record below `root`, each job once; a bad file is skipped, and every skip and
+    every copy set aside is said with a `SkippedRecordWarning`."""
     root = Path(root)
     if not root.exists():
         raise NoRecordsError(f"'{root}' does not exist; give the results folder of a sweep (e.g. results/)")
     rows, failed, skipped = [], [], []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for path, rec in iter_records(root):
-            study = rec["config"].get("name", "default") if isinstance(rec["config"], dict) else "default"
-            if rec.get("status") != "complete":
-                failed.append({"study": study, "job_id": rec.get("job_id"), "path": str(path), "error": rec.get("error")})
-                continue
+    found = []
+    for path in sorted(root.rglob(RECORD_NAME)):
+        try:
+            found.append((path, read_record(path), None))
+        except RecordError as e:
+            found.append((path, e.record, str(e).removeprefix(f"{path}: ")))
+    kept, set_aside = once_per_job(found)
+    for path, rec, why in kept:
+        study = _study(path, rec)
+        if why is not None:
+            skipped.append(Skipped(str(path), study, _run_count(rec), why))
+        elif rec["status"] != "complete":
+            failed.append({"study": study, "job_id": rec.get("job_id"), "path": str(path), "error": rec.get("error")})
+        else:
             try:
                 rows.extend(_rows(rec))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
-                skipped.append(f"skipped {path}: malformed record ({e.__class__.__name__}: {e})")
-    skipped = [str(w.message) for w in caught] + skipped
-    for message in skipped:
+                skipped.append(Skipped(str(path), study, len(rec["runs"]), f"malformed record ({e.__class__.__name__}: {e})"))
+    for message in [*map(str, skipped), *set_aside]:
         warnings.warn(message, SkippedRecordWarning, stacklevel=2)
-    return Scan(_frame(rows), failed, skipped)
+    return Scan(_frame(rows), failed, sorted(skipped, key=lambda x: x.path), set_aside)
+
+
+Found = tuple[Path, Any, "str | None"]  # a record file, what was read of it, why it cannot be used (None: it can)
+
+
+def once_per_job(found: list[Found]) -> tuple[list[Found], list[str]]:
+    """Each job of each study once, however many copies of its record the folder holds (a study
+    folder copied or renamed beside the original). The copy read is the first of: a usable one,
+    a complete one, the one in its own folder (`<study>/<job_id>/`), the first by path. Returns the
+    records kept, in path order, and a line for each copy set aside."""
+    copies: dict[tuple, list[Found]] = {}
+    for path, rec, why in found:
+        job = rec.get("job_id") if isinstance(rec, dict) else None
+        key = (_study(path, rec), job) if isinstance(job, str) else (None, str(path))  # no id: its own job
+        copies.setdefault(key, []).append((path, rec, why))
+    kept, aside = [], []
+    for (study, job), versions in copies.items():
+        best = min(versions, key=lambda f: (f[2] is not None, f[2] is None and f[1]["status"] != "complete",
+                                            (f[0].parent.parent.name, f[0].parent.name) != (study, job), str(f[0])))
+        kept.append(best)
+        aside += [f"set aside {path}: another copy of job {job} of study {study}"
+                  + ("" if why is None else f" ({why})") + f"; read once, from {best[0]}"
+                  for path, _, why in versions if path != best[0]]
+    return sorted(kept, key=lambda f: str(f[0])), aside
+
+
+def _study(path: Path, record) -> str:
+    """The study a record belongs to: its config's name, else the name of the folder above its job's."""
+    config = record.get("config") if isinstance(record, dict) else None
+    name = config.get("name") if isinstance(config, dict) else None
+    return name if isinstance(name, str) else path.parent.parent.name
+
+
+def _run_count(record) -> int:
+    runs = record.get("runs") if isinstance(record, dict) else None
+    return len(runs) if isinstance(runs, list) else 0
 
 
 def table(records: Iterable[dict]) -> pd.DataFrame:
@@ -134,6 +198,11 @@ def _rows(rec: dict) -> list[dict]:
     # (`grid_value`), and the key's own column is empty (NaN): no one value holds for the job.
     for k in [k for k in flat if k == "grid" or k.startswith("grid.")]:
         del flat[k]
+    if not isinstance(flat["study"], str):
+        raise ValueError(f"config.name={flat['study']!r} is not a study name")
+    for k, v in flat.items():  # a list (model.width_key's channel multiples) as its JSON text: a value to group by
+        if isinstance(v, list):
+            flat[k] = json.dumps(v)
     found = inner_grid(rec["config"])
     if found is not None:
         flat["grid_key"], flat[found[0]] = found[0], math.nan
@@ -161,12 +230,17 @@ def _rows(rec: dict) -> list[dict]:
     return out
 
 
+def scan_runs(root: str | Path) -> Scan:
+    """`scan`, refusing a folder without one finished run to analyse."""
+    found = scan(root)
+    if found.runs.empty:
+        raise NoRecordsError(f"no finished records under '{root}'; run `lrtransfer sweep` first")
+    return found
+
+
 def load_runs(root: str | Path) -> pd.DataFrame:
     """One row per run of every complete record below `root`: config columns (dotted) + run columns."""
-    df = scan(root).runs
-    if df.empty:
-        raise NoRecordsError(f"no finished records under '{root}'; run `lrtransfer sweep` first")
-    return df
+    return scan_runs(root).runs
 
 
 def export_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from lrtransfer.analysis.group import Group, groups
+from lrtransfer.analysis.group import Group, scanned_groups
 from lrtransfer.analysis.grouping import partition, scale_value, telling_keys
 from lrtransfer.analysis.joint import joint_dict
-from lrtransfer.analysis.records import load_runs, plain
+from lrtransfer.analysis.records import Scan, plain, scan_runs
 from lrtransfer.analysis.statistics import CONFIDENCE, TOLERANCE
 
 _NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures, not for the document
@@ -27,13 +27,36 @@ def group_dict(g: Group) -> dict:
     return out
 
 
-def summary_doc(gs: list[Group], metric: str) -> dict:
-    return {"metric": metric, "tolerance": TOLERANCE, "confidence": CONFIDENCE, "groups": [group_dict(g) for g in gs]}
+def incomplete_words(records: int, runs: int) -> str:
+    """What follows the verdict of a study some of whose records were skipped ('' when none were)."""
+    return f" (incomplete: {records} record(s) of {runs} runs skipped)" if records else ""
+
+
+def skipped_lines(skipped: list[dict], aside: list[str]) -> list[str]:
+    """How many records (and runs) were left out and why (`summary_doc`'s `skipped`), and how many
+    copies were set aside."""
+    lines = []
+    if skipped:
+        lines.append(f"{len(skipped)} record(s) skipped ({sum(s['runs'] for s in skipped)} runs), left out of every "
+                     "number above; a re-run of the sweep recomputes them:")
+        lines += [f"  {s['path']}: {s['why']}" for s in skipped]
+    if aside:
+        lines.append(f"{len(aside)} further copy(ies) of jobs already read set aside (each job is read once)")
+    return lines
+
+
+def summary_doc(gs: list[Group], metric: str, found: Scan | None = None) -> dict:
+    """`skipped`: each record left out (path, study, runs, why); `set_aside`: each further copy of
+    a job already read."""
+    return {"metric": metric, "tolerance": TOLERANCE, "confidence": CONFIDENCE, "groups": [group_dict(g) for g in gs],
+            "skipped": [] if found is None else [vars(s) for s in found.skipped],
+            "set_aside": [] if found is None else found.set_aside}
 
 
 def summarize(root: str | Path, metric: str = "train_loss") -> dict:
     """The `lrtransfer summary --json` document."""
-    return summary_doc(groups(load_runs(root), metric), metric)
+    found = scan_runs(root)
+    return summary_doc(scanned_groups(found, metric), metric, found)
 
 
 def overview(runs: pd.DataFrame) -> tuple[list[dict], dict]:

@@ -133,7 +133,7 @@ def plot(
 
     analysis.check_metric(metric)
     with show.warnings_to_stderr():
-        groups = analysis.groups(analysis.load_runs(directory), metric)
+        groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
     show.group_warnings(groups)
     paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
     for p in paths:
@@ -153,10 +153,8 @@ def report(
 
     analysis.check_metric(metric)
     with show.warnings_to_stderr():
-        found = analysis.scan(directory)
-    if found.runs.empty:
-        analysis.load_runs(directory)  # raises the usual "no finished records"
-    groups = analysis.groups(found.runs, metric)
+        found = analysis.scan_runs(directory)
+    groups = analysis.scanned_groups(found, metric)
     text = html_report.build(directory, found, groups, metric, curves_lr)
     path = html_report.write(out or Path(directory) / "report.html", text)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
@@ -228,6 +226,7 @@ def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> N
     from rich.table import Table
 
     from lrtransfer import analysis
+    from lrtransfer.analysis.summary import skipped_lines
 
     with show.warnings_to_stderr():
         found = analysis.scan(directory)
@@ -249,6 +248,8 @@ def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> N
         typer.echo(f"failed job: {f['path']}: {f.get('error')}")
     if found.failed:
         typer.echo(f"{len(found.failed)} failed job(s) (re-run the sweep to retry them)")
+    for line in skipped_lines([vars(s) for s in found.skipped], found.set_aside):
+        typer.echo(line)
 
 
 @app.command("coord-check", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -309,7 +310,8 @@ def inspect(
 
 
 def main() -> None:
-    """Entry point: run the app; known user errors become one line and exit code 2."""
+    """Entry point: run the app; known user errors become one line and exit code 2 (a fault such as
+    a full disk: 1)."""
     import os
     import warnings
 
@@ -332,7 +334,7 @@ def main() -> None:
         if message is None:
             raise
         typer.echo(f"error: {message}", err=True)
-        sys.exit(2)
+        sys.exit(getattr(e, "exit_code", 2))
 
 
 if __name__ == "__main__":

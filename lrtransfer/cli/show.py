@@ -105,6 +105,7 @@ def summary(doc: dict) -> None:
     from rich.table import Table
 
     from lrtransfer.analysis import metric_noun
+    from lrtransfer.analysis.summary import incomplete_words, skipped_lines
 
     console = wide_console()
     best = f"best {metric_noun(doc['metric'])}"
@@ -134,7 +135,7 @@ def summary(doc: dict) -> None:
         interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
         console.print(
             f"drift: [bold]{_fmt(g['drift'], '+.2f')}{interval}[/] octaves of optimal LR per doubling of "
-            f"{g['axis']} -> [bold]{g['verdict']}[/]"
+            f"{g['axis']} -> [bold]{g['verdict']}[/]{incomplete_words(g['skipped_records'], g['skipped_runs'])}"
         )
         if g.get("interval_method"):
             console.print(f"  interval: {g['interval_method']}", style="dim")
@@ -143,6 +144,8 @@ def summary(doc: dict) -> None:
         for w in g["warnings"]:
             console.print(f"  [yellow]warning:[/] {w}")
         console.print()
+    for line in skipped_lines(doc["skipped"], doc["set_aside"]):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def joint(console, g: dict, best: str) -> None:

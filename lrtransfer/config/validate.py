@@ -60,6 +60,9 @@ def _check_inner_grid(cfg: Config) -> None:
         raise ConfigError(f"grid.{key}: {why}; keys that may vary per run here: {', '.join(valid) or 'none'}")
     if not isinstance(values, list) or not values:
         raise ConfigError(f"grid.{key}={values!r} must be a non-empty list of numbers, e.g. grid.{key}=[0,1e-3,1e-2]")
+    odd = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if odd:  # a nested list gets past the schema's List[float]
+        raise ConfigError(f"grid.{key}={values}: every value must be a number, got {odd[0]!r}")
     bad = [v for v in values if not math.isfinite(v)]
     if bad:
         raise ConfigError(f"grid.{key}={values}: every value must be finite, got {bad[0]}")
@@ -80,6 +83,10 @@ def _check_inner_grid(cfg: Config) -> None:
 
 
 MIN_RESOLUTION = 1 / 64  # octaves: finer than this, a sweep would train LRs 1% apart
+MAX_OCTAVES = 2 * MAX_ABS_LOG2_LR  # the widest LR grid there is: no step or extension goes further
+MAX_SEEDS = 100_000  # seeds per scale of an adaptive sweep
+MAX_BUDGET = 10**12  # run-steps: more than any sweep trains
+MAX_BUDGET_S = 366 * 86400  # seconds: a year
 
 
 def _check_adaptive(cfg: Config) -> None:
@@ -95,13 +102,24 @@ def _check_adaptive(cfg: Config) -> None:
     if res > a.coarse_step:
         raise ConfigError(f"lr.resolution={res:g} is coarser than adaptive.coarse_step={a.coarse_step:g}: "
                           "round 1's grid would already be finer")
+    within("adaptive.coarse_step", a.coarse_step, MAX_OCTAVES, "octaves (the widest LR grid)")
     if a.budget is not None:
         positive("adaptive.budget", a.budget)
+        within("adaptive.budget", a.budget, MAX_BUDGET, "run-steps")
     if a.budget_s is not None:
         positive("adaptive.budget_s", a.budget_s)
+        within("adaptive.budget_s", a.budget_s, MAX_BUDGET_S, "seconds (a year)")
     positive("adaptive.max_seeds", a.max_seeds)
+    within("adaptive.max_seeds", a.max_seeds, MAX_SEEDS, "seeds per scale")
     if not (math.isfinite(a.extend) and a.extend >= 0):
         raise ConfigError(f"adaptive.extend must be a number of octaves >= 0, got {a.extend!r}")
+    within("adaptive.extend", a.extend, MAX_OCTAVES, "octaves (the widest LR grid)")
+
+
+def within(key: str, value: float, bound: float, unit: str) -> None:
+    """A value beyond a sane bound (`1e99` meaning "no limit") is refused, not taken at its word."""
+    if not value <= bound:
+        raise ConfigError(f"{key}={value:g} is beyond the sane bound of {bound:,} {unit}")
 
 
 SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine, "adaptive": Adaptive}  # the typed nodes that are not groups

@@ -176,10 +176,14 @@ class Custom(Module):
         if self.output:
             key = int(self.output) if self.output.lstrip("-").isdigit() else self.output
             try:
-                return out[key] if isinstance(key, int) or isinstance(out, dict) else getattr(out, key)
+                found = out[key] if isinstance(key, int) or isinstance(out, dict) else getattr(out, key)
             except (KeyError, IndexError, AttributeError, TypeError):
                 raise ConfigError(f"model.output={self.output}: model.target={self.target} returns "
                                   f"{_describe(out)}, which has no {key!r}") from None
+            if not isinstance(found, Tensor):
+                raise ConfigError(f"model.output={self.output}: model.target={self.target} returns {_describe(out)}, "
+                                  f"whose {key!r} is a {type(found).__name__}, not a tensor of logits")
+            return found
         if isinstance(out, Tensor):
             return out
         found = None

@@ -18,6 +18,7 @@ import pandas as pd
 from lrtransfer import __version__
 from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
 from lrtransfer.analysis.group import adaptive_design
+from lrtransfer.analysis.summary import skipped_lines
 from lrtransfer.store import ROUNDS_NAME, read_rounds
 from lrtransfer.reporting.panels import description, drift_words, families, natural, panel_labels
 from lrtransfer.reporting.plots import family_figures
@@ -194,8 +195,9 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
     if scan.failed:
         parts.append(f"<p class='warn'>{len(scan.failed)} failed job(s) left out: "
                      + "; ".join(_e(f"{f['path']}: {f.get('error')}") for f in scan.failed) + "</p>")
-    if scan.skipped:
-        parts.append("<p class='warn'>" + "<br>".join(_e(s) for s in scan.skipped) + "</p>")
+    lines = skipped_lines([vars(s) for s in scan.skipped], scan.set_aside)
+    if lines:
+        parts.append("<p class='warn'>" + "<br>".join(_e(line) for line in lines) + "</p>")
     parts.append(HOW_TO_READ)
     logs = rounds_logs(directory)
     if any(adaptive_design(g.runs) for g in groups if g.runs is not None):

@@ -8,6 +8,7 @@ others by what tells them apart; the title says what the panels share.
 from __future__ import annotations
 
 from lrtransfer.analysis import Group, telling_keys
+from lrtransfer.analysis.summary import incomplete_words
 from lrtransfer.reporting.style import signed
 
 FAMILY_KEYS = ("study", "model.name", "model.class", "data.name")
@@ -69,6 +70,7 @@ def description(family: list[Group]) -> str:
 
 def drift_words(g: Group) -> str:
     if g.drift is None:
-        return f"drift n/a · {g.verdict}"
+        return f"drift n/a · {g.verdict}{incomplete_words(g.skipped_records, g.skipped_runs)}"
     ci = "" if g.drift_ci is None else f" [{signed(g.drift_ci[0])}, {signed(g.drift_ci[1])}]"
-    return f"drift {signed(g.drift)}{ci} · {g.verdict}"
+    return f"drift {signed(g.drift)}{ci} · {g.verdict}{incomplete_words(g.skipped_records, g.skipped_runs)}"
+

@@ -26,6 +26,7 @@ from lrtransfer.sweeps import rounds
 
 # The keys each round's jobs set; a user's value for them is the base job's, replaced.
 SET_HERE = ("lr.log2_min", "lr.log2_max", "lr.log2_step", "seed", "n_seeds")
+WAIT_S = 0.5  # how often a job another sweep runs is looked at, while this one waits for it
 
 
 @dataclass
@@ -118,8 +119,9 @@ class Outcome:
 
 def requested(sweeper, job_overrides: list[list[str]]) -> bool:
     """Whether the sweep's config asks for rounds (`adaptive.enabled`, set by `--until-decided`)."""
-    cfg = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(job_overrides[0]))
-    return bool(OmegaConf.select(cfg, "adaptive.enabled", default=False))
+    from lrtransfer.sweeps.multirun import compose
+
+    return bool(OmegaConf.select(compose(sweeper, job_overrides[0]), "adaptive.enabled", default=False))
 
 
 def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
@@ -190,10 +192,11 @@ def _groups(sweeper, job_overrides):
     from lrtransfer.analysis import records
     from lrtransfer.analysis.grouping import partition, scale_value
 
-    loader = sweeper.hydra_context.config_loader
+    from lrtransfer.sweeps.multirun import compose
+
     bases, fake = [], []
     for i, overrides in enumerate(job_overrides):
-        cfg = loader.load_sweep_config(sweeper.config, list(overrides))
+        cfg = compose(sweeper, overrides)
         typed = validate(cfg)
         _check_base(typed, overrides)
         resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True,
@@ -265,7 +268,9 @@ def _job_overrides(base: Base, rq: rounds.Request) -> list[str]:
 
 
 def _folder(sweeper, overrides: list[str]) -> Path:
-    return job_dir(sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides)))
+    from lrtransfer.sweeps.multirun import compose
+
+    return job_dir(compose(sweeper, overrides))
 
 
 def _run_round(sweeper, job_overrides: list[list[str]], report) -> list[Path]:
@@ -278,8 +283,32 @@ def _run_round(sweeper, job_overrides: list[list[str]], report) -> list[Path]:
     report.total += len(todo) + skipped
     report.skipped += skipped
     report.study_dirs = list(dict.fromkeys([*report.study_dirs, *studies]))
-    run_jobs(sweeper, todo, report, first_index=len(report.returns))
+    while todo:
+        start = len(report.returns)
+        run_jobs(sweeper, todo, report, first_index=start)
+        busy = [(job, r) for job, r in zip(todo, report.returns[start:]) if r.get("status") == "busy"]
+        todo = [job for job, r in busy if not _finished_elsewhere(job.folder, r)]
+        report.returns = [r for r in report.returns if r.get("status") != "busy"]  # left to the rerun or done
     return folders
+
+
+def _finished_elsewhere(folder: Path, returned: dict) -> bool:
+    """Wait for a job another sweep is running (sharing the results folder) to end there: True when
+    it left a complete record (counted as done), False when it stopped without one (this sweep
+    then trains it). The next round needs every job of this one."""
+    from lrtransfer.store import is_complete
+    from lrtransfer.sweeps.plan import lock_held
+    from lrtransfer.training import stop
+
+    while lock_held(folder):
+        if stop.requested():
+            raise stop.Interrupted("interrupted while waiting for a job another sweep is running; every finished "
+                                   "record is kept: re-run the same command to go on")
+        time.sleep(WAIT_S)
+    if is_complete(folder):
+        returned["status"] = "done"
+        return True
+    return False
 
 
 def _analyse(groups: list[GroupRun], metric: str, settings: rounds.Settings) -> str | None:

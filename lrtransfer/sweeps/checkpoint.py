@@ -82,5 +82,23 @@ class FileCheckpoint:
         self.path.unlink(missing_ok=True)
 
 
+def steps_done(path: Path, runs: list, steps: int) -> int | None:
+    """Run-steps the checkpoint at `path` has behind it for a job of these `runs`, each `steps`
+    long (what a re-run does not train again); None when it is unreadable or holds other runs,
+    so that the job would start afresh. Loaded as safely as to resume, and never removed."""
+    import torch
+
+    from lrtransfer.training import engine
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        saved = [tuple(key) for chunk in state["chunks"] for key in chunk]
+        if saved != [engine.run_key(r) for r in runs]:
+            return None
+        return engine.steps_done(state, steps)
+    except Exception:  # truncated, foreign, another layout: the job starts afresh
+        return None
+
+
 def _first_line(e: BaseException) -> str:
     return next((line.strip() for line in str(e).splitlines() if line.strip()), e.__class__.__name__)

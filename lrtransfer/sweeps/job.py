@@ -14,11 +14,12 @@ import os
 import platform
 import re
 import resource
+import shutil
 import sys
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -95,6 +96,39 @@ def job_lock(folder: Path) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class JobLog(logging.FileHandler):
+    """A job's `job.log` (conf/hydra/job_logging/job_file.yaml). A line that cannot be written (a
+    full disk) is lost quietly: the log is a courtesy, and what matters reaches the screen."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+HALF_WRITTEN = (".hydra", "job.log", progress.PROGRESS_NAME)  # what Hydra and a job write before the record
+
+
+def discard_unfinished(folder: Path) -> None:
+    """Remove what a job that never got far wrote (Hydra's `.hydra/`, its `job.log`, its progress),
+    and the folder if nothing else is left: a folder with no record and no checkpoint holds no
+    work. A job running in another process (its lock held) is left alone."""
+    if not folder.is_dir() or (folder / "record.json").exists() or (folder / CHECKPOINT).exists():
+        return
+    with suppress(OSError), job_lock(folder) as mine:
+        if not mine:
+            return
+        for name in HALF_WRITTEN:
+            path = folder / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        for tmp in folder.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        (folder / ".lock").unlink(missing_ok=True)
+    with suppress(OSError):
+        folder.rmdir()  # only if nothing else is left
 
 
 def run_job(cfg: DictConfig) -> dict:

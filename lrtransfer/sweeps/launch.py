@@ -50,6 +50,7 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
     from hydra._internal.utils import _run_hydra, get_args_parser
 
     import lrtransfer.store  # noqa: F401  (registers the job-id resolver)
+    import lrtransfer.sweeps.launchers  # noqa: F401  (registers the resolver of submitit's local folder)
     from lrtransfer.sweeps.job import run_job
 
     version.setbase("1.3")
@@ -73,24 +74,30 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
 
 @contextmanager
 def _caller_state_kept() -> Iterator[None]:
-    """Hydra's errors raised (not printed and exited), and the caller's environment and logging left as found.
+    """Hydra's errors raised (not printed and exited), workers that watch this process, and the
+    caller's environment and logging left as found.
 
-    HYDRA_FULL_ERROR makes Hydra raise, so the CLI (or a notebook) gets the exception;
-    each job's logging config points the root logger at that job's log file.
+    HYDRA_FULL_ERROR makes Hydra raise, so the CLI (or a notebook) gets the exception; the
+    sweep's token (`stop.ENV`) lets a worker process stop with it, even killed (`stop.worker`);
+    whatever else a sweep sets in the environment (PyTorch sets TORCHINDUCTOR_CACHE_DIR when
+    `torch.func` loads, Hydra a job's `env_set`) is undone; each job's logging config points the
+    root logger at that job's log file.
     """
     import logging
 
-    before = os.environ.get("HYDRA_FULL_ERROR")
+    from lrtransfer.training import stop
+
+    before = dict(os.environ)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    os.environ.setdefault(stop.ENV, stop.token())
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = before
+        for key in [k for k in os.environ if k not in before]:
+            del os.environ[key]
+        os.environ.update({k: v for k, v in before.items() if os.environ.get(k) != v})
         for h in root.handlers:
             if h not in handlers:
                 root.removeHandler(h)

@@ -11,7 +11,14 @@ every poll where SLURM accounting is not set up.
 from __future__ import annotations
 
 import logging
+import os
+import platform
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -20,15 +27,64 @@ from lrtransfer.errors import UserError
 # The plugins' own launcher configs, and the extra that installs each.
 PLUGIN_EXTRAS = {"joblib": "joblib", "submitit_local": "submitit", "submitit_slurm": "submitit",
                  "ray": "ray", "ray_aws": "ray"}
+SUBMITIT_LOCAL = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+SCRATCH = "lrtransfer-submitit"
 
 
 def prepare(cfg) -> None:
     """Check (and connect) the configured launcher's engine; raise UserError for what a user can fix."""
-    target = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
+    target = _target(cfg)
     if target.startswith("hydra_plugins.hydra_ray_launcher.ray_launcher."):
         connect_ray(OmegaConf.to_container(cfg.hydra.launcher.ray.init, resolve=True))
     elif target.startswith("hydra_plugins.hydra_submitit_launcher.") and target.endswith("SlurmLauncher"):
         quiet_sacct()
+    elif target == SUBMITIT_LOCAL:
+        _remove_stale_scratch()
+
+
+@contextmanager
+def finished(cfg) -> Iterator[None]:
+    """Around a multirun's launches: after them, submitit's local job files (pickles, logs) have
+    served their purpose, whichever way the multirun ended."""
+    try:
+        yield
+    finally:
+        if _target(cfg) == SUBMITIT_LOCAL:
+            shutil.rmtree(scratch_dir(), ignore_errors=True)
+
+
+def _target(cfg) -> str:
+    return str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
+
+
+def scratch_dir() -> str:
+    """`${lrt_scratch:}`: where `hydra/launcher=processes` keeps submitit's job files, this process's
+    own folder under the temporary directory. Not in the study folder: it held them after every
+    sweep (and a killed one's for good), and a results folder holds records, nothing a process
+    unpickles. A SLURM sweep keeps them in the study folder, which its nodes share."""
+    return str(Path(tempfile.gettempdir()) / SCRATCH / f"{platform.node()}-{os.getpid()}")
+
+
+def _remove_stale_scratch() -> None:
+    """The folders of sweeps on this machine that are gone (killed before `finished`)."""
+    for folder in (Path(tempfile.gettempdir()) / SCRATCH).glob(f"{platform.node()}-*"):
+        pid = folder.name.rpartition("-")[2]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+if not OmegaConf.has_resolver("lrt_scratch"):
+    OmegaConf.register_new_resolver("lrt_scratch", scratch_dir, use_cache=False)
 
 
 def connect_ray(init: dict) -> None:

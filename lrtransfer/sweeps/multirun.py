@@ -10,12 +10,14 @@ Ctrl-C or SIGTERM with every finished record kept.
 from __future__ import annotations
 
 import tempfile
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import ConfigError, validate
+from lrtransfer.config import Config, ConfigError, validate
+from lrtransfer.errors import Fault
 from lrtransfer.store import is_complete, job_dir, write_text_atomic
 from lrtransfer.sweeps.plan import run_steps
 from lrtransfer.training import stop
@@ -45,53 +47,84 @@ class SweepReport:
         return sum(r.get("status") in statuses for r in self.returns)
 
 
-def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool,
-         folders: list[Path] | None = None) -> tuple[list[PlannedJob], int, list[Path]]:
-    """Compose and validate every job; return the jobs to run, how many were already done, and the study folders.
-    `folders`, when given, gets every job's folder, in order (done or not)."""
-    loader = sweeper.hydra_context.config_loader
-    todo: list[PlannedJob] = []
+def compose(sweeper, overrides: list[str]) -> DictConfig:
+    """A job's config, composed once per sweep: whether the sweep is adaptive, its checks and its
+    rounds all read the same one (composing is most of what refusing bad input costs). Never
+    modified by its readers."""
+    composed = sweeper.__dict__.setdefault("_lrtransfer_composed", {})
+    key = tuple(overrides)
+    if key not in composed:
+        composed[key] = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides))
+    return composed[key]
+
+
+@dataclass
+class CheckedJob:
+    """One job of a sweep, composed and validated, and what is on disk for it."""
+
+    overrides: list[str]
+    varying: str  # the overrides that tell it from the sweep's other jobs
+    cfg: DictConfig
+    typed: Config
+    folder: Path
+    complete: bool  # a complete record is there (and no --rerun): nothing to check or train
+
+
+def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing: bool = True,
+               folders: list[Path] | None = None) -> list[CheckedJob]:
+    """Every check a sweep makes before it trains, for `lrtransfer sweep` and `--plan` alike: each
+    job composed and validated; for each that will train, its data on disk, its memory, its
+    optimizer's view of the model and its device; each study folder writable. Raises the first
+    refusal as one ConfigError line. Jobs are returned once each (two sets of overrides can make
+    one job), in order; `folders`, when given, gets every job's folder, in order (repeats too).
+    `writing=False` (a plan) fetches no data (a job that would download its data is not checked
+    for it) and leaves no folder behind."""
+    out: list[CheckedJob] = []
     seen: set[str] = set()
-    skipped = 0
-    studies: dict[Path, None] = {}
     checked_data: set[str] = set()
     tasks: dict[tuple, object] = {}  # the data of the jobs, built once, to size their runs
-    cuda_wanted = False
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     for overrides in job_overrides:
-        cfg = loader.load_sweep_config(sweeper.config, list(overrides))
+        cfg = compose(sweeper, overrides)
+        varying = " ".join(o for o in overrides if o not in common)
         try:
             typed = validate(cfg)
-        except ConfigError as e:
-            varying = [o for o in overrides if o not in common]
-            where = f" (job {' '.join(varying)})" if varying else ""
-            raise ConfigError(f"{e}{where}") from None
-        cuda_wanted |= typed.engine.device.startswith("cuda")
+        except ConfigError as e:  # which job, where there are several
+            raise ConfigError(f"{e} (job {varying})" if varying and len(job_overrides) > 1 else str(e)) from None
         folder = job_dir(cfg)
         if folders is not None:
             folders.append(folder)
-        studies[folder.parent] = None
         if folder.name in seen:
             continue
         seen.add(folder.name)
-        if not rerun and is_complete(folder):
-            skipped += 1
+        job = CheckedJob(list(overrides), varying, cfg, typed, folder, not rerun and is_complete(folder))
+        out.append(job)
+        if job.complete:  # finished jobs need no data
             continue
-        if repr(typed.data) not in checked_data:  # finished jobs need no data
+        if repr(typed.data) not in checked_data and (writing or not getattr(typed.data, "download", False)):
             from lrtransfer.options.data import ensure_files
 
             ensure_files(typed.data)
             checked_data.add(repr(typed.data))
         _check_memory(typed, tasks)
-        todo.append(PlannedJob(list(overrides), folder.name, folder, run_steps(typed)))
-    if cuda_wanted:
+    if any(j.typed.engine.device.startswith("cuda") for j in out):
         from lrtransfer.training.build import select_device
 
-        for job in todo:
-            select_device(loader.load_sweep_config(sweeper.config, job.overrides).engine.device)
-    for d in studies:
-        check_writable(d)
-    return todo, skipped, list(studies)
+        for job in out:
+            if not job.complete:
+                select_device(job.typed.engine.device)
+    for d in dict.fromkeys(j.folder.parent for j in out):
+        check_writable(d, keep=writing)
+    return out
+
+
+def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool,
+         folders: list[Path] | None = None) -> tuple[list[PlannedJob], int, list[Path]]:
+    """Check every job (`check_jobs`); return the jobs to run, how many were already done, and the
+    study folders. `folders`, when given, gets every job's folder, in order (done or not)."""
+    jobs = check_jobs(sweeper, job_overrides, rerun=rerun, folders=folders)
+    todo = [PlannedJob(j.overrides, j.folder.name, j.folder, run_steps(j.typed)) for j in jobs if not j.complete]
+    return todo, sum(j.complete for j in jobs), list(dict.fromkeys(j.folder.parent for j in jobs))
 
 
 def _check_memory(typed, tasks: dict) -> None:
@@ -112,13 +145,20 @@ def _check_memory(typed, tasks: dict) -> None:
     build.check(built)
 
 
-def check_writable(folder: Path) -> None:
+def check_writable(folder: Path, keep: bool = True) -> None:
+    """Refuse a study folder that cannot be made or written to; `keep=False` removes the folders
+    it made to find out."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as e:
         raise ConfigError(f"results folder '{folder}' is not writable ({e.strerror}); set results_dir=PATH") from None
+    finally:
+        for p in made if not keep else ():
+            with suppress(OSError):
+                p.rmdir()
 
 
 def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: int = 0) -> None:
@@ -131,13 +171,19 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
         return
     launchers.prepare(sweeper.config)
     for d in dict.fromkeys([*report.study_dirs, *(j.folder.parent for j in todo)]):
-        write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
+        try:
+            write_text_atomic(d / "multirun.yaml", OmegaConf.to_yaml(sweeper.config))
+        except OSError as e:
+            raise _fault(e, todo, d / "multirun.yaml") from None
     batch_size = sweeper.max_batch_size or len(todo)
-    with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)):
+    with progress.sweep_display({j.folder: j.run_steps for j in todo}, enabled=_progress_enabled(sweeper.config)), \
+            launchers.finished(sweeper.config):
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             try:
                 results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=first_index + i)
+            except OSError as e:  # Hydra writing a job's .hydra/ or job.log, on a full disk
+                raise _fault(e, batch) from None
             except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
                 if stop.requested():
                     raise stop.Interrupted(_interrupted_message(report)) from None
@@ -146,6 +192,20 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
                 report.returns.append(_job_return(job, r))
             if stop.requested() or report.count("interrupted"):
                 raise stop.Interrupted(_interrupted_message(report))
+
+
+def _fault(e: OSError, jobs: list[PlannedJob], path: Path | None = None) -> Fault:
+    """A write that failed while jobs were being launched (a full disk) as one line; the jobs that
+    had not finished leave no half-written folder behind."""
+    from lrtransfer.sweeps.job import discard_unfinished
+
+    for job in jobs:
+        discard_unfinished(job.folder)
+    done = sum(is_complete(job.folder) for job in jobs)
+    where = path or e.filename or f"in {jobs[0].folder.parent}"
+    return Fault(f"could not write {where} ({e.strerror or e}): the sweep "
+                 f"stopped, every finished record kept ({done} of the {len(jobs)} job(s) it was launching finished); "
+                 "free some space (or set results_dir=PATH) and re-run the same command to compute the rest")
 
 
 def _interrupted_message(report: SweepReport) -> str:

@@ -4,6 +4,7 @@ how each group ended (decided, or undecided with the cheapest next step), as wor
 
 from __future__ import annotations
 
+from lrtransfer.config.validate import MAX_BUDGET, MAX_BUDGET_S
 from lrtransfer.errors import UserError
 from lrtransfer.store import write_rounds
 from lrtransfer.sweeps import rounds
@@ -21,21 +22,19 @@ def until_decided_overrides(until_decided: bool, budget: str | int | None) -> li
         return ["adaptive.enabled=true"]
     text = str(budget).strip().lower()
     units = {"s": 1, "m": 60, "h": 3600}
+    timed = text[-1:] in units
     try:
-        if text[-1:] in units:
-            value = float(text[:-1]) * units[text[-1]]
-            key = "adaptive.budget_s"
-        else:
-            value = float(text.replace("_", "").replace(",", ""))
-            key = "adaptive.budget"
-            if value != int(value):
-                raise ValueError
-            value = int(value)
+        value = float(text[:-1]) * units[text[-1]] if timed else float(text.replace("_", "").replace(",", ""))
     except ValueError:
         raise UserError(f"--budget {budget!r}: give run-steps (20000) or a time (600s, 90m, 2h)") from None
     if not value > 0:
         raise UserError(f"--budget must be positive, got {budget!r}")
-    return ["adaptive.enabled=true", f"{key}={value}"]
+    if not value <= (MAX_BUDGET_S if timed else MAX_BUDGET):  # inf, 1e99: no budget is no --budget
+        bound = f"{MAX_BUDGET_S // 86400} days" if timed else f"{MAX_BUDGET:,} run-steps"
+        raise UserError(f"--budget {budget!r} is beyond the sane bound of {bound}; leave --budget out to run until decided")
+    if not timed and value != int(value):
+        raise UserError(f"--budget {budget!r}: give a whole number of run-steps (20000) or a time (600s, 90m, 2h)")
+    return ["adaptive.enabled=true", f"adaptive.budget_s={value}" if timed else f"adaptive.budget={int(value)}"]
 
 
 # ---------------------------------------------------------------- the base jobs and their groups
@@ -66,7 +65,7 @@ def undecided_words(g: GroupRun) -> str:
     ci = "no interval" if a is None or a.drift_ci is None else f"drift {a.drift:+.2f} [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
     why = {"budget": "the budget is spent", "out of seeds": "every scale that widens the interval has its "
            f"adaptive.max_seeds={settings.max_seeds} seeds", "stuck": "an optimum cannot be located on the grids allowed",
-           "failed": "a job failed"}.get(g.end, g.end)
+           "failed": "a job has no complete record"}.get(g.end, g.end)
     line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
     if a is None or g.end in ("stuck", "failed"):
         return line

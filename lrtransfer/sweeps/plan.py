@@ -1,9 +1,13 @@
 """A sweep seen before it runs (`lrtransfer sweep --plan`, `lrtransfer.plan(...)`): its jobs, which are done, and what the rest costs.
 
 The lrtransfer sweeper calls `survey` instead of launching when asked for a plan
-(`lrtransfer sweep --plan`, `--cfg job`): every job is composed and validated as
-for a real sweep, so the plan lists exactly the jobs a sweep would run and refuses
-the same bad input. Nothing is trained, prepared or written.
+(`lrtransfer sweep --plan`, `--cfg job`): every check of a real sweep runs, by the
+same function (`multirun.check_jobs`), so the plan lists exactly the jobs a sweep
+would run and refuses the same bad input (a value, a model too big for memory, a
+missing GPU or dataset, a folder that cannot be written). Nothing is trained or
+written: data a sweep would download is not fetched (nor checked), and a folder made
+to test it is removed; a dataset that caches what it generates (MNIST-1D) may fill its
+cache, as the sweep would. A job with a checkpoint counts only the run-steps left.
 
 The time estimate (`estimate`) prices each job by its own model's rate on this machine,
 in seconds per run-step (one LR run, one training step): the finished jobs of the same
@@ -21,8 +25,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import ConfigError, inner_grid, validate
-from lrtransfer.store import iter_records, job_dir, read_record
+from lrtransfer.config import inner_grid
+from lrtransfer.store import iter_records, read_record
 
 LOCK_NAME = ".lock"  # the file a running job holds an flock on (lrtransfer.sweeps.job.job_lock)
 
@@ -32,8 +36,8 @@ class PlanEntry:
     varying: str  # the overrides that tell this job from the others of the sweep
     job_id: str
     folder: Path
-    status: str  # done | running | failed (will be retried) | missing
-    run_steps: int  # K runs x training steps
+    status: str  # done | running | failed (will be retried) | resumes (from its checkpoint) | missing
+    run_steps: int  # K runs x training steps, less those a checkpoint it resumes from has done
     runs: int = 0  # K: LRs x values of `grid.<key>` x seeds, one ensemble
 
 
@@ -60,7 +64,7 @@ class Plan:
 
     @property
     def todo(self) -> list[PlanEntry]:
-        return [j for j in self.jobs if j.status in ("missing", "failed")]
+        return [j for j in self.jobs if j.status in ("missing", "resumes", "failed")]
 
     @property
     def run_steps_todo(self) -> int:
@@ -75,26 +79,33 @@ class Plan:
 
 
 def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
-    """Compose and validate every job of the sweep; classify each by what is on disk."""
-    loader = sweeper.hydra_context.config_loader
-    common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
-    plan, seen = Plan(), set()
-    for overrides in job_overrides:
-        cfg = loader.load_sweep_config(sweeper.config, list(overrides))
-        varying = " ".join(o for o in overrides if o not in common)
-        try:
-            typed = validate(cfg)
-        except ConfigError as e:
-            raise ConfigError(f"{e} (job {varying})" if varying else str(e)) from None
-        folder = job_dir(cfg)
-        if folder.name in seen:
-            continue
-        seen.add(folder.name)
+    """Every check the sweep makes (`multirun.check_jobs`: the same function), writing nothing;
+    each job classified by what is on disk, and counted by the run-steps it has left."""
+    from lrtransfer.sweeps.multirun import check_jobs
+
+    plan = Plan()
+    for job in check_jobs(sweeper, job_overrides, rerun=False, writing=False):
         if plan.first_config is None:
-            plan.first_config = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-        plan.jobs.append(PlanEntry(varying or "(the only job)", folder.name, folder, status_of(folder), run_steps(typed), runs_per_job(typed)))
-        plan.configs[folder.name] = (cfg, typed)
+            plan.first_config = OmegaConf.masked_copy(job.cfg, [k for k in job.cfg if k != "hydra"])
+        status, left = status_of(job.folder), run_steps(job.typed)
+        if status in ("missing", "failed"):
+            done = checkpointed_steps(job.folder, job.typed)
+            if done is not None:
+                status, left = ("resumes" if status == "missing" else status), left - done
+        plan.jobs.append(PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
+                                   runs_per_job(job.typed)))
+        plan.configs[job.folder.name] = (job.cfg, job.typed)
     return plan
+
+
+def checkpointed_steps(folder: Path, typed) -> int | None:
+    """Run-steps the job's `checkpoint.pt` has done, which a re-run does not do again; None without
+    one it would resume from (none, unreadable, or of other runs: the job starts afresh)."""
+    from lrtransfer.sweeps.checkpoint import NAME, steps_done
+    from lrtransfer.sweeps.job import runs_of
+
+    path = folder / NAME
+    return steps_done(path, runs_of(typed), typed.train.steps) if path.exists() else None
 
 
 def run_steps(typed) -> int:
@@ -247,7 +258,7 @@ def describe(plan: Plan) -> list[str]:
     lines = list(plan.adaptive)
     for study in dict.fromkeys(j.folder.parent for j in plan.jobs):
         jobs = [j for j in plan.jobs if j.folder.parent == study]
-        counts = {s: sum(j.status == s for j in jobs) for s in ("done", "running", "failed", "missing")}
+        counts = {s: sum(j.status == s for j in jobs) for s in ("done", "running", "failed", "resumes", "missing")}
         lines.append(f"{study}/: {len(jobs)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
         for j in jobs:
             lines.append(f"  {j.status:<8} {j.varying:<{width}}  {j.run_steps:>9,} run-steps  {j.job_id}  K={j.runs}")

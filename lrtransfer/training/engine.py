@@ -86,7 +86,7 @@ def train(
     # small models). Otherwise the reference path: one run at a time, same code.
     size = chunk_size(built, len(runs))
     chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
-    key = [[(r.log2_lr, r.seed, *(x for kv in r.grid for x in kv)) for r in chunk] for chunk in chunks]
+    key = [[run_key(r) for r in chunk] for chunk in chunks]
 
     def make(index: int) -> Ensemble:
         return Ensemble(built, chunks[index])
@@ -114,6 +114,17 @@ def train(
             progress(ens.since_last_report())
         done += ens.results()
     return done
+
+
+def run_key(run: Run) -> tuple:
+    """A run as a checkpoint names it: (log2 LR, seed, each per-run key and value)."""
+    return (run.log2_lr, run.seed, *(x for kv in run.grid for x in kv))
+
+
+def steps_done(state: dict, steps: int) -> int:
+    """Run-steps a saved state (`train`'s checkpoint) has behind it: its finished runs, `steps`
+    each, and the steps of the chunk it stopped in."""
+    return len(state["done"]) * steps + int(state["ensemble"]["step_index"]) * len(state["chunks"][state["chunk"]])
 
 
 def _resume(checkpoint: Checkpointer | None, key: list, make: Callable[[int], Ensemble]):

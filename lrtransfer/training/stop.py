@@ -17,6 +17,8 @@ loky workers, submitit's local tasks) runs under `worker`, which turns a stop in
   controller);
 - the sweep's process dying (`kill -9`): the worker watches it too, so no job
   trains on for a sweep that is gone; once its job has saved, the worker exits.
+  The sweep publishes itself for the whole launch (`lrtransfer.sweeps.launch`), so
+  this holds for a sweep run from Python (`lrtransfer.sweep`) as from the CLI.
 
 A stopped job saves its checkpoint and returns as interrupted; a job that starts
 after the stop returns at once, so the launcher drains its queue quickly and the
@@ -55,12 +57,13 @@ def request() -> None:
     _requested = True
 
 
-def _token(pid: int | None = None) -> str:
-    return f"{platform.node()}:{os.getpid() if pid is None else pid}"
+def token() -> str:
+    """This process as a sweep's workers know it (the value of `ENV` they inherit)."""
+    return f"{platform.node()}:{os.getpid()}"
 
 
-def _marker(token: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"lrtransfer-stop-{token.replace(':', '-').replace('/', '-')}"
+def _marker(who: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"lrtransfer-stop-{who.replace(':', '-').replace('/', '-')}"
 
 
 def _on_signal(then=None, escalate: bool = True):
@@ -91,11 +94,11 @@ def _handlers(handler) -> Iterator[None]:
 def graceful() -> Iterator[None]:
     """The sweep's process: within this block SIGINT/SIGTERM request a stop, here and in every worker."""
     global _requested
-    token = _token()
-    marker = _marker(token)
+    me = token()
+    marker = _marker(me)
     marker.unlink(missing_ok=True)
     previous_env = os.environ.get(ENV)
-    os.environ[ENV] = token
+    os.environ[ENV] = me
     try:
         with _handlers(_on_signal(then=marker.touch)):
             yield
@@ -131,12 +134,12 @@ def worker() -> Iterator[None]:
     In the sweep's own process (Hydra's basic launcher), or with no sweep, it does nothing.
     """
     global _requested
-    token = os.environ.get(ENV, "")
-    host, _, pid = token.rpartition(":")
+    sweep = os.environ.get(ENV, "")
+    host, _, pid = sweep.rpartition(":")
     if not pid.isdigit() or host != platform.node() or int(pid) == os.getpid():
         yield
         return
-    marker, sweep_pid = _marker(token), int(pid)
+    marker, sweep_pid = _marker(sweep), int(pid)
 
     def stopped() -> bool:
         return marker.exists() or not _alive(sweep_pid)

@@ -30,8 +30,9 @@ from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import assign_roles, find_readout, layers_of
 from lrtransfer.nn.wrapped import Custom
+from lrtransfer.options.model.sources import source_hash
 from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
-                                             int_fields, load, source_hash)
+                                             int_fields, load)
 from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
 
 
@@ -65,8 +66,8 @@ class CustomOptions:
     # Where the logits are in what the forward returns: "" infers (a tensor; the `logits` of an
     # output object or dict; the first element of a tuple), else an attribute, key or index.
     output: str = added("")
-    # The target file's content hash (the conf file fills it in: `${lrt_source:...}`), so
-    # that a job's identity changes when the model's code does.
+    # The content hash of the files the model is built from (the conf file fills it in:
+    # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does.
     source: str = ""
 
     def check(self) -> None:
@@ -84,7 +85,8 @@ class CustomOptions:
             where, _, name = self.config.rpartition(":")
             if not (where and name.isidentifier()):
                 raise ConfigError(f"model.config={self.config!r} must be path/to/file.py:NAME or package.module:NAME")
-        check_keys(self.width_key, self.depth_key, self.vocab_key, self.context_key)
+        check_keys(self.width_key, self.depth_key, self.vocab_key, self.context_key,
+                   given={"model.config_kwargs": self.config_kwargs} if self.config else {"model.kwargs": self.kwargs})
         overlap = sorted(set(self.kwargs or {}) & set(ARGUMENTS))
         if overlap:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "

@@ -48,25 +48,6 @@ def _is_file(where: str) -> bool:
     return where.endswith(".py") or "/" in where
 
 
-def source_hash(target: str) -> str:
-    """sha1 of the target's source file ('' when it cannot be found: building then says why).
-
-    For a file path the file is read, never run; for a module, its spec is looked up
-    (which imports its parent packages, as running it would)."""
-    where, _ = split(target)
-    if not where:
-        return ""
-    try:
-        if _is_file(where):
-            path = Path(where)
-        else:
-            spec = importlib.util.find_spec(where)
-            path = Path(spec.origin) if spec is not None and spec.origin else None
-        return hashlib.sha1(path.read_bytes()).hexdigest()[:16] if path is not None else ""
-    except Exception:
-        return ""
-
-
 def load(target: str, key: str = "model.target") -> Callable:
     """The callable `target` names (`path/file.py:NAME` or `package.module:NAME`), or a one-line
     ConfigError saying why not; `key` is the config key it came from."""
@@ -123,14 +104,68 @@ def _times(mult, width: int, key: str) -> int:
     return int(value)
 
 
-def check_keys(width_key: Any, *keys: str) -> None:
-    """model.width_key, and the other keys naming one field each (depth_key, vocab_key, context_key)."""
+def width_fields(width_key: Any) -> list[str]:
+    """The fields `model.width_key` puts the width into."""
+    return [width_key] if isinstance(width_key, str) and width_key else list(width_key or {})
+
+
+def check_keys(width_key: Any, depth_key: str, *others: str, given: dict[str, dict | None] | None = None) -> None:
+    """model.width_key and the keys naming one field each (depth_key, and `others`: vocab_key,
+    context_key) name fields; the width's and the depth's are different ones, which none of the
+    mappings in `given` ({config key: its mapping}, e.g. model.config_kwargs) sets too: a value set
+    twice would be replaced without a word."""
+    valid = "a field name (n_embd) or a mapping of fields to multiples of the width ('{hidden_size: 1, intermediate_size: 4}')"
     if not isinstance(width_key, (str, dict, type(None))):
-        raise ConfigError(f"model.width_key must be a field name (n_embd) or a mapping of fields to multiples "
-                          f"of the width ('{{hidden_size: 1, intermediate_size: 4}}'), got {width_key!r}")
-    for key in ([width_key] if isinstance(width_key, str) else list(width_key or {})) + list(keys):
+        raise ConfigError(f"model.width_key must be {valid}, got {width_key!r}")
+    if isinstance(width_key, dict) and not width_key:
+        raise ConfigError(f"model.width_key={{}} names no field; give {valid}, or leave it out ('') for a target "
+                          "that takes `width` by that name")
+    for key in width_fields(width_key) + [depth_key, *others]:
         if key and not str(key).isidentifier():
             raise ConfigError(f"model.width_key/depth_key/vocab_key/context_key: {key!r} is not a field name")
+    if depth_key and depth_key in width_fields(width_key):
+        raise ConfigError(f"model.depth_key={depth_key} is also a field of model.width_key: the width and the depth "
+                          "cannot both go into it")
+    filled = {**{f: "model.width_key" for f in width_fields(width_key)}, **({depth_key: "model.depth_key"} if depth_key else {})}
+    for key, mapping in (given or {}).items():
+        twice = sorted(set(mapping or {}) & set(filled))
+        if twice:
+            raise ConfigError(f"{key} sets {twice[0]}, which {filled[twice[0]]} fills with the "
+                              f"{'width' if filled[twice[0]] == 'model.width_key' else 'depth'}; drop it from {key}")
+
+
+def check_shapes(scaled: dict[str, Any], fn: Callable, where: str) -> None:
+    """A width field given a list of multiples where `fn` (a config class or a factory) takes one
+    number there, or one number where it takes a list (a channel list), as its default or its
+    annotation says: said here, not as the error it becomes inside the model."""
+    kinds = field_kinds(fn)
+    for field, value in scaled.items():
+        if isinstance(value, tuple) and kinds.get(field) == "number":
+            raise ConfigError(f"model.width_key: {field} gets a list of widths {list(value)}, but {where} takes one "
+                              f"number as {field}; give it one multiple ({field}: 1)")
+        if not isinstance(value, tuple) and kinds.get(field) == "list":
+            raise ConfigError(f"model.width_key: {field} gets one width ({value}), but {where} takes a list as "
+                              f"{field}; give it a list of multiples ({field}: [1, 2, ...])")
+
+
+def field_kinds(fn: Callable) -> dict[str, str]:
+    """"number" or "list" for each field of a config class (or argument of a factory) whose default
+    or annotation says which."""
+    if dataclasses.is_dataclass(fn):
+        pairs = {f.name: (f.default, f.type) for f in dataclasses.fields(fn)}
+    else:
+        try:
+            pairs = {k: (p.default, p.annotation) for k, p in inspect.signature(fn).parameters.items()}
+        except (TypeError, ValueError):
+            return {}
+    out = {}
+    for name, (default, note) in pairs.items():
+        note = note if isinstance(note, str) else getattr(note, "__name__", "")
+        if isinstance(default, (list, tuple)) or note.lower().startswith(("list", "tuple", "sequence")):
+            out[name] = "list"
+        elif (isinstance(default, (int, float)) and not isinstance(default, bool)) or note in ("int", "float"):
+            out[name] = "number"
+    return out
 
 
 def check_heads(values: dict[str, Any], width: int) -> None:
@@ -207,6 +242,7 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
         raise ConfigError(f"model.config={options.config} has no field {unknown[0]}; "
                           f"its fields: {', '.join(sorted(fields))}")
     default = _defaults(cls)
+    check_shapes(scaled_keys(options.width_key, width), cls, f"model.config={options.config}")
     if hasattr(default, "use_cache") and "use_cache" not in given:
         values["use_cache"] = False  # no key/value cache: training reads every position once
     if "vocab_size" in values and "vocab_size" not in given:
@@ -215,9 +251,13 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
             if key not in given and isinstance(getattr(default, key, None), int) and getattr(default, key) >= values["vocab_size"]:
                 values[key] = None
     try:
-        return cls(**values)
+        config = cls(**values)
     except Exception as e:
         raise ConfigError(f"model.config={options.config} raised when built with {values}: {one_line(e)}") from None
+    if config is None:
+        raise ConfigError(f"model.config={options.config} returned None, not a config object; name the config class "
+                          "(a dataclass, a transformers config) or a function that returns one")
+    return config
 
 
 @contextlib.contextmanager
@@ -263,6 +303,7 @@ def construct(fn: Callable, options, **given) -> nn.Module:
             params = {}
         takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         check_heads({**named, **dict(options.kwargs or {})}, width)
+        check_shapes(scaled_keys(options.width_key, width), fn, f"model.target={options.target}")
         args = ()
         kwargs = {k: v for k, v in named.items() if takes_all or k in params or k not in ARGUMENTS}
         kwargs.update(options.kwargs or {})
