@@ -18,6 +18,9 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
          "train.dtype=float64", "train.steps=30"]
 CUSTOM = ["model=custom", f"model.target={EXAMPLE}:build"]
+# PyTorch's init drawn by lrtransfer, atom by atom, as for the built-in models (model.init=own: the
+# module's own draws, `test_its_own_init_is_the_builtin_mlps_under_standard`)
+TORCH_INIT = [*CUSTOM, "model.init=torch"]
 PARAMS = {
     "standard": [],
     "equalized": ["param=equalized"],
@@ -50,17 +53,23 @@ def test_a_plain_sequential_trains_as_the_builtin_mlp(optim, param, batched):
     per atom in forward order), the same forward multipliers folded into the tensors, the
     same per-tensor LRs: the same losses as model=mlp, batched and one run at a time."""
     over = [f"optim={optim}", *PARAMS[param], "n_seeds=2", f"engine.batched={str(batched).lower()}"]
-    ours = train(*CUSTOM, *over)
+    ours = train(*TORCH_INIT, *over)
     theirs = train(*over)
     assert not any(r.diverged for r in theirs[:2])  # the comparison sees trained runs
     same(ours, theirs, rel=1e-6)
     assert any(r.final_loss != pytest.approx(r.initial_loss, rel=1e-3) for r in ours)  # it did train
 
 
+def test_its_own_init_is_the_builtin_mlps_under_standard():
+    """nn.Linear's own init is PyTorch's, and the module built under the run's seed draws it in the
+    order lrtransfer does: model.init=own trains the built-in MLP's runs, loss for loss."""
+    same(train(*CUSTOM), train(), rel=1e-12)
+
+
 def test_one_seed_shares_its_batch_across_runs():
     """One seed: x is (B, ...) for every run (vmap in_dims None), not (K, B, ...)."""
     runs = [Run(log2_lr=e, seed=3) for e in (-9, -7, -5)]
-    same(train(*CUSTOM, "param=mup", "param.base_width=8", runs=runs), train("param=mup", "param.base_width=8", runs=runs),
+    same(train(*TORCH_INIT, "param=mup", "param.base_width=8", runs=runs), train("param=mup", "param.base_width=8", runs=runs),
          rel=1e-6)
 
 

@@ -61,7 +61,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
         if schema is not None:
             hidden = {f.name for f in fields(schema) if f.metadata.get("location")}
             # a key added later, at its default: the job computes what it did before the key existed
-            hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.default}
+            hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.metadata["before"]}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
     model, param = out.get("model"), out.get("param")
     if isinstance(model, dict) and isinstance(param, dict):

@@ -13,6 +13,7 @@ that has fewer embeddings than the data has tokens cannot run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -242,7 +243,8 @@ def construct(fn: Callable, options, **given) -> nn.Module:
         kwargs = {k: v for k, v in named.items() if takes_all or k in params or k not in ARGUMENTS}
         kwargs.update(options.kwargs or {})
     try:
-        module = fn(*args, **kwargs)
+        with contextlib.redirect_stdout(sys.stderr):  # what it prints (nanoGPT's parameter count) is no output of ours
+            module = fn(*args, **kwargs)
     except ConfigError:
         raise
     except Exception as e:
