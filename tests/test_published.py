@@ -288,6 +288,16 @@ def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
     assert "width=15" in line and "is not divisible by" in line and "2" in line
 
 
+def test_a_base_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
+    """muP builds the model at its base width too (its own init there): a base width it refuses is said so."""
+    _, over = family
+    code, out, err = cli("sweep", *over, *SMALL, "width=16", "param=mup", "param.base_width=15", "train.steps=2",
+                         f"results_dir={tmp_path}")
+    assert code == 2 and not list(tmp_path.rglob("record.json"))
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert line.startswith("error: param.base_width=15: the model is built at its base width too") and "width=15" in line
+
+
 @pytest.mark.parametrize("given, line", [("vocab_size: 10", r"vocab_size=10 is smaller than the data's vocabulary \(20\)"),
                                          ("n_positions: 4", r"n_positions=4 is smaller than the data's context length \(8\)")])
 def test_a_vocabulary_or_context_smaller_than_the_datas_is_one_line(given, line):

@@ -141,8 +141,8 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     own, ratios = None, None
     if options.init == ModelInit.own:
         own = own_init(make, width, net, options, given)
-        if own is not None and param.base_width is not None:
-            ratios = at_base(own, layers, param.base_width)
+        if param.base_width is not None:
+            ratios = at_base(own, make, layers, param.base_width)
     scale = attention_rule(param)
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
                   output_dim=output_dim, output=options.output, attention_scale=scale,
@@ -164,9 +164,14 @@ def own_init(make, width: int, net, options: CustomOptions, given: dict) -> OwnI
     return None if meta else OwnInit(make, width, net, options.target)
 
 
-def at_base(own: OwnInit, layers, base_width: int) -> dict[str, float]:
-    """`OwnInit.base_ratios`, with a width the module refuses said to be the base width."""
+def at_base(own: OwnInit | None, make, layers, base_width: int) -> dict[str, float] | None:
+    """`OwnInit.base_ratios`, with a width the module refuses said to be the base width; on the meta
+    device (the check before training) only whether the module can be built there."""
     try:
+        if own is None:
+            with torch.device("meta"):
+                make(base_width)
+            return None
         return own.base_ratios(layers, base_width)
     except ConfigError as e:
         raise ConfigError(f"param.base_width={base_width}: the model is built at its base width too, to measure "
