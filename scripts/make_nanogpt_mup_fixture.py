@@ -123,25 +123,33 @@ def one_step(model) -> dict[str, dict]:
     return out
 
 
-def nanogpt_mup(path: Path) -> dict:
+def load_nanogpt_mup(path: Path):
+    """nanoGPT-mup's model.py from a checkout, refused without the epsilon fix."""
     source = (path / "model.py").read_text()
     if FIX not in source:
         sys.exit(f"error: {path / 'model.py'} does not record the epsilon fix (no '{FIX}' in it): "
                  "use the version of nanoGPT-mup's model.py whose comment cites it")
-    mod = load(path / "model.py", "nanogpt_mup_model")
-    doc = {}
-    for width in WIDTHS:
-        config = mod.GPTConfig(block_size=CONTEXT, vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=width,
-                               dropout=0.0, bias=True, mup_enabled=True, mup_width_multiplier=width / BASE)
-        torch.manual_seed(0)
-        model = mod.GPT(config)
-        rows = stds(model)
-        mults, grouped = forward_mults(model), groups(model)
-        step = one_step(model)
-        for r in rows:
-            r.update(grouped[r["name"]], **step[r["name"]])
-        doc[str(width)] = {"forward": mults, "tensors": rows}
-    return doc
+    return load(path / "model.py", "nanogpt_mup_model")
+
+
+def case(mod, width: int, layers: int = LAYERS, **flags) -> dict:
+    """nanoGPT-mup's GPT at `width` and `layers` with its config `flags` (mup_enabled, ...), seed 0:
+    its forward multipliers, and per tensor init std, AdamW group and one step."""
+    config = mod.GPTConfig(block_size=CONTEXT, vocab_size=VOCAB, n_layer=layers, n_head=HEADS, n_embd=width,
+                           dropout=0.0, bias=True, **flags)
+    torch.manual_seed(0)
+    model = mod.GPT(config)
+    rows = stds(model)
+    mults, grouped = forward_mults(model), groups(model)
+    step = one_step(model)
+    for r in rows:
+        r.update(grouped[r["name"]], **step[r["name"]])
+    return {"forward": mults, "tensors": rows}
+
+
+def nanogpt_mup(path: Path) -> dict:
+    mod = load_nanogpt_mup(path)
+    return {str(w): case(mod, w, mup_enabled=True, mup_width_multiplier=w / BASE) for w in WIDTHS}
 
 
 def as_published(make) -> dict:

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--widths", required=True, help="comma-separated widths")
+    ap.add_argument("--runs", action="store_true", help="print every run's final loss under both")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
 
@@ -47,6 +48,10 @@ def main() -> None:
         alive = [(a, b) for a, b in zip(new, old) if not (a.diverged or b.diverged)]
         change = max((abs(a.final_loss - b.final_loss) / abs(b.final_loss) for a, b in alive), default=0.0)
         best = lambda rs: min((r for r in rs if not r.diverged), key=lambda r: r.final_loss)  # noqa: E731
+        if args.runs:
+            for a, b in zip(new, old):
+                print(f"  log2 LR {a.log2_lr:+g} seed {a.seed}: final loss {a.final_loss:.5f} (eps / m) vs {b.final_loss:.5f}"
+                      f"{' diverged' if a.diverged or b.diverged else ''}")
         print(f"width {width} (m = {width / cfg.param.base_width:g}): best log2 LR {best(new).log2_lr:+g} (eps / m) vs "
               f"{best(old).log2_lr:+g} (one eps); largest relative change of a final loss {change:.2e}; "
               f"same runs diverged: {[r.diverged for r in new] == [r.diverged for r in old]}; "

@@ -146,7 +146,7 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     scale = attention_rule(param)
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
                   output_dim=output_dim, output=options.output, attention_scale=scale,
-                  scaled_modules=scale_attention(net, scale), own=own and own.values, own_ratios=ratios)
+                  scaled_modules=scale_attention(net, scale), own=own.values if own else None, own_ratios=ratios)
 
 
 _CHECKED: set = set()  # the configs whose own init was checked in this process (`OwnInit.check`)

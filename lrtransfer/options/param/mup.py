@@ -1,9 +1,14 @@
-"""Maximal update parameterization (muP; Tensor Programs V), as the `mup` package states it.
+"""Maximal update parameterization (muP; Tensor Programs V), as the `mup` package and nanoGPT-mup state it.
 
 Every rule is relative to `base_width`: with m = width / base_width, each weight
 dimension that grows with the width ("infinite") gets the factors below, so at
-`width == base_width` (and without the zero readout) muP *is* SP, number for
-number. Roles (see `model/layers.py`):
+`width == base_width` (and without the zero readout and queries) muP *is* SP, number
+for number. Roles (see `model/layers.py`); "SP" is PyTorch's init, drawn here (the
+built-in models, model.init=torch), whose std 1/sqrt(fan_in) makes the table's factors
+the init at the base width times the width rule (`variance_rule`). A published model
+(model=custom, model.init=own) starts each tensor at its own init at the base width
+(measured, `from_own`) times the same rule: hidden / sqrt(m), input and output x 1.
+Adam's epsilon is divided by m on every tensor (`eps_by_width`, nanoGPT-mup's rule).
 
 | role   | init                              | forward mult      | adaptive LR (Adam) | gradient LR (SGD) |
 |--------|-----------------------------------|-------------------|---------|--------|
@@ -39,14 +44,16 @@ LR x m (the `(input, weight)` entries of LR_POWERS).
 
 An embedding tied to the readout (model=custom, GPT-2's `wte`/`lm_head`) is one tensor,
 as in `mup`'s `MuSharedReadout`: the embedding's rules (init, LR), with the readout's
-forward multiplier on its readout use only, and its init times sqrt(m), the factor
-`set_base_shapes` applies to a MuReadout's weight (shared, so the embedding's too);
-never zeroed.
+forward multiplier on its readout use only; never zeroed. Its init is the embedding's
+(`tied_init=embedding`, nanoGPT-mup's) or that times sqrt(m) (`tied_init=readout`, the
+factor `set_base_shapes` applies to a MuReadout's weight, shared or not).
 
 The readout is zero-initialised by default (`readout_zero_init`). Attention,
 for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
-(`attention_scale`, equal to SP's at the base width) and zero-initialised queries
-(atoms tagged "query", `zero_query`). Weight decay stays decoupled from the LR
+(`attention_scale`, equal to SP's at the base width; `attn_mult / d_head` where set) and
+zero-initialised queries (atoms tagged "query", `zero_query`; of a fused projection, its
+`query_outputs`). nanoGPT-mup's constants, where they differ from the rules by a constant:
+`hidden_std` (its init_std for every hidden weight) and `attn_mult=1`. Weight decay stays decoupled from the LR
 unless `optim.decay_scaling=lr` asks otherwise; then it follows each tensor's LR.
 Under Muon (`ORTHOGONALIZED`), hidden matrices get LR x 1: the orthogonalised update's
 spectral norm is ~1 at every width (`optim.scale=jordan` or `spectral`), what muP asks
