@@ -120,6 +120,12 @@ def tied(width, input_shape, output_dim):
     head.weight = emb.weight
     return nn.Sequential(emb, nn.ReLU(), head)
 
+def fixed_scale(width, input_shape, output_dim):
+    """A trained tensor its own init sets the same under every seed (a ramp), beside drawn layers."""
+    net = nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, output_dim))
+    net.ramp = nn.Parameter(torch.linspace(0.5, 1.5, width))
+    return net
+
 class Attn(nn.Module):
     def __init__(self, width, input_shape, output_dim):
         super().__init__()
@@ -144,6 +150,18 @@ def test_a_module_vmap_cannot_run_goes_one_run_at_a_time(models, capsys):
     batched = train(*over)
     assert "vmap cannot run it (it stops at .item() (a tensor read as a Python number))" in capsys.readouterr().err
     same(batched, train(*over, "engine.batched=false"), rel=1e-9)
+
+
+def test_a_tensor_its_own_init_fixes_is_kept_and_said(models, capsys):
+    """A deterministic own init of one tensor (a ramp) is the model's choice: every run starts it alike,
+    a warning says so; the drawn layers still differ between seeds."""
+    param, net = model_of("model=custom", f"model.target={models}:fixed_scale", runs=2)
+    param.initialize(net, [0, 1])
+    assert "its own init gives ramp the same values under every seed" in capsys.readouterr().err
+    ramp = next(t for a in net.atoms() for n, t in a.trained() if a.user_names[n] == "ramp")
+    assert torch.equal(ramp[0], torch.linspace(0.5, 1.5, 24)) and torch.equal(ramp[0], ramp[1])
+    first = next(a for a in net.atoms() if a.path == "0").weight
+    assert not torch.equal(first[0], first[1])
 
 
 def test_buffers_are_stacked_per_run(models):

@@ -14,9 +14,10 @@ RMS there over its RMS at the job's width is that layer's factor (its bias follo
 as `mup`'s `set_base_shapes` rescales a bias with its layer).
 
 The model is checked before any training (`check`): a seed must repeat (an init that
-draws from another generator than torch's cannot be re-run per seed) and two seeds must
-differ in every tensor that is drawn at random (an init that seeds itself, or loads its
-tensors, does not take the run's seed).
+draws from another generator than torch's cannot be re-run per seed), and two seeds must
+differ somewhere (an init that seeds itself, or loads its tensors, does not take the run's
+seed); a tensor that is the same under every seed while others differ (a fixed sinusoid,
+an identity) is the model's choice, said in a warning.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from lrtransfer.errors import ConfigError
+from lrtransfer.errors import ConfigError, warn
 from lrtransfer.nn.roles import Layer
 
 FIX = "or set model.init=torch (PyTorch's default init of each layer, drawn per seed by lrtransfer)"
@@ -68,11 +69,15 @@ class OwnInit:
                 raise ConfigError(f"model.target={self.target}: its own init is not the same twice under one seed "
                                   f"({name} differs): it draws from a generator other than torch's global one, "
                                   f"which lrtransfer seeds per run; make it draw from torch's, {FIX}")
-        for name, value in self.first.items():
-            if value.numel() > 1 and bool((value != value.flatten()[0]).any()) and torch.equal(value, other[name]):
-                raise ConfigError(f"model.target={self.target}: its own init gives {name} the same random values "
-                                  "under seeds 0 and 1 (it seeds itself, or loads its tensors): the runs of "
-                                  f"different seeds cannot start differently; draw them from torch's global generator, {FIX}")
+        varied = [n for n, v in self.first.items() if v.numel() > 1 and bool((v != v.flatten()[0]).any())]
+        same = [n for n in varied if torch.equal(self.first[n], other[n])]
+        if same and len(same) == len(varied):
+            raise ConfigError(f"model.target={self.target}: its own init gives {same[0]} the same random values "
+                              "under seeds 0 and 1 (it seeds itself, or loads its tensors): the runs of "
+                              f"different seeds cannot start differently; draw them from torch's global generator, {FIX}")
+        if same:  # a deterministic init of some tensors (sinusoids, an identity) is the model's to choose
+            warn(f"model.target={self.target}: its own init gives {', '.join(same[:3])}{', ...' if len(same) > 3 else ''} "
+                 "the same values under every seed (a fixed init, or one that seeds itself); every run starts them alike")
 
     def base_ratios(self, layers: list[Layer], base_width: int) -> dict[str, float]:
         """layer path -> RMS of its own weight at `base_width` / at the job's width (seed 0 at both; 1 where
