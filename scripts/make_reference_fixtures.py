@@ -119,8 +119,11 @@ def mup_models():
                 h=nn.ModuleList([Block(w) for _ in range(layers)]), ln_f=nn.LayerNorm(w)))
             self.lm_head = MuSharedReadout(self.transformer.wte.weight, bias=False)
 
+    # PyTorch's init drawn by lrtransfer (as the GPT below is), the table rescaled as MuSharedReadout
+    # rescales it, the queries left as mup's example leaves c_attn
     nanogpt = ["model=custom", "model.target={nanogpt}:GPT", "model.config={nanogpt}:GPTConfig",
-               "model.width_key=n_embd", "model.depth_key=n_layer", "model.config_kwargs={n_head: 4}", "depth=1"]
+               "model.width_key=n_embd", "model.depth_key=n_layer", "model.config_kwargs={n_head: 4}", "depth=1",
+               "model.init=torch", "param.tied_init=readout", "param.zero_query=false"]
     return {
         "mlp": (mlp(True), ["model=mlp", "depth=3"], [32], 10),
         "mlp_readout_init": (mlp(False), ["model=mlp", "depth=3", "param.readout_zero_init=false"], [32], 10),

@@ -158,6 +158,19 @@ CATALOGUE = [
     ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
      "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
      "parameterizations that work: equalized, mup, spectral, standard"),
+    # model=custom's own init (issue 35): the key, and a module whose own init cannot start runs per seed
+    ("custom init not a choice", ["model=custom", "model.target={models}:build", "model.init=random"],
+     "model.init: Invalid value 'random', expected one of [own, torch]"),
+    ("custom own init that ignores the seed", ["model=custom", "model.target={models}:self_seeded"],
+     "model.target={models}:self_seeded: its own init gives 0.weight the same random values under seeds 0 and 1 "
+     "(it seeds itself, or loads its tensors)"),
+    ("custom own init that does not repeat", ["model=custom", "model.target={models}:unseeded"],
+     "model.target={models}:unseeded: its own init is not the same twice under one seed (0.weight differs)"),
+    ("negative muP hidden std", ["param=mup", "param.hidden_std=-1"],
+     "param.hidden_std must be >= 0 (0: the model's own init), got -1.0"),
+    ("zero muP attention multiplier", ["param=mup", "param.attn_mult=0"], "param.attn_mult must be positive, got 0.0"),
+    ("unknown tied-table convention", ["param=mup", "param.tied_init=shared"],
+     "param.tied_init: Invalid value 'shared', expected one of [embedding, readout]"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
@@ -238,7 +251,10 @@ def yaml_dir(tmp_path):
 
 
 USER_MODELS = """
+import random
 from dataclasses import dataclass
+
+import torch
 
 from torch import nn
 
@@ -247,6 +263,18 @@ WIDTH = 3
 def build(width, depth, input_shape, output_dim):
     return nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
                          nn.Linear(width, output_dim))
+
+def self_seeded(width, input_shape, output_dim):
+    net, gen = build(width, 3, input_shape, output_dim), torch.Generator().manual_seed(7)
+    for p in net.parameters():
+        nn.init.normal_(p, std=0.02, generator=gen)
+    return net
+
+def unseeded(width, input_shape, output_dim):
+    net = build(width, 3, input_shape, output_dim)
+    with torch.no_grad():
+        net[0].weight.mul_(1 + random.random())
+    return net
 
 def not_a_module(width):
     return {"width": width}

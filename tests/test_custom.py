@@ -18,6 +18,9 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
          "train.dtype=float64", "train.steps=30"]
 CUSTOM = ["model=custom", f"model.target={EXAMPLE}:build"]
+# PyTorch's init drawn by lrtransfer, atom by atom, as for the built-in models (model.init=own: the
+# module's own draws, `test_its_own_init_is_the_builtin_mlps_under_standard`)
+TORCH_INIT = [*CUSTOM, "model.init=torch"]
 PARAMS = {
     "standard": [],
     "equalized": ["param=equalized"],
@@ -50,17 +53,23 @@ def test_a_plain_sequential_trains_as_the_builtin_mlp(optim, param, batched):
     per atom in forward order), the same forward multipliers folded into the tensors, the
     same per-tensor LRs: the same losses as model=mlp, batched and one run at a time."""
     over = [f"optim={optim}", *PARAMS[param], "n_seeds=2", f"engine.batched={str(batched).lower()}"]
-    ours = train(*CUSTOM, *over)
+    ours = train(*TORCH_INIT, *over)
     theirs = train(*over)
     assert not any(r.diverged for r in theirs[:2])  # the comparison sees trained runs
     same(ours, theirs, rel=1e-6)
     assert any(r.final_loss != pytest.approx(r.initial_loss, rel=1e-3) for r in ours)  # it did train
 
 
+def test_its_own_init_is_the_builtin_mlps_under_standard():
+    """nn.Linear's own init is PyTorch's, and the module built under the run's seed draws it in the
+    order lrtransfer does: model.init=own trains the built-in MLP's runs, loss for loss."""
+    same(train(*CUSTOM), train(), rel=1e-12)
+
+
 def test_one_seed_shares_its_batch_across_runs():
     """One seed: x is (B, ...) for every run (vmap in_dims None), not (K, B, ...)."""
     runs = [Run(log2_lr=e, seed=3) for e in (-9, -7, -5)]
-    same(train(*CUSTOM, "param=mup", "param.base_width=8", runs=runs), train("param=mup", "param.base_width=8", runs=runs),
+    same(train(*TORCH_INIT, "param=mup", "param.base_width=8", runs=runs), train("param=mup", "param.base_width=8", runs=runs),
          rel=1e-6)
 
 
@@ -111,6 +120,12 @@ def tied(width, input_shape, output_dim):
     head.weight = emb.weight
     return nn.Sequential(emb, nn.ReLU(), head)
 
+def fixed_scale(width, input_shape, output_dim):
+    """A trained tensor its own init sets the same under every seed (a ramp), beside drawn layers."""
+    net = nn.Sequential(nn.Linear(input_shape[0], width), nn.ReLU(), nn.Linear(width, output_dim))
+    net.ramp = nn.Parameter(torch.linspace(0.5, 1.5, width))
+    return net
+
 class Attn(nn.Module):
     def __init__(self, width, input_shape, output_dim, heads=1):
         super().__init__()
@@ -138,6 +153,18 @@ def test_a_module_vmap_cannot_run_goes_one_run_at_a_time(models, capsys):
     batched = train(*over)
     assert "vmap cannot run it (it stops at .item() (a tensor read as a Python number))" in capsys.readouterr().err
     same(batched, train(*over, "engine.batched=false"), rel=1e-9)
+
+
+def test_a_tensor_its_own_init_fixes_is_kept_and_said(models, capsys):
+    """A deterministic own init of one tensor (a ramp) is the model's choice: every run starts it alike,
+    a warning says so; the drawn layers still differ between seeds."""
+    param, net = model_of("model=custom", f"model.target={models}:fixed_scale", runs=2)
+    param.initialize(net, [0, 1])
+    assert "its own init gives ramp the same values under every seed" in capsys.readouterr().err
+    ramp = next(t for a in net.atoms() for n, t in a.trained() if a.user_names[n] == "ramp")
+    assert torch.equal(ramp[0], torch.linspace(0.5, 1.5, 24)) and torch.equal(ramp[0], ramp[1])
+    first = next(a for a in net.atoms() if a.path == "0").weight
+    assert not torch.equal(first[0], first[1])
 
 
 def test_buffers_are_stacked_per_run(models):

@@ -136,13 +136,14 @@ def test_every_bias_starts_at_sp_draw_times_sqrt_fan_in_multiplier(model):
 
 
 def test_the_rule_revision_changes_mup_ids_only():
-    """Records made under muP's old bias rule must not be reused: the schema's REVISION joins
-    the job identity when non-zero, so SP's and equalized's ids stay as they were."""
+    """Records made under muP's old rules (revision 1: the bias rule; 2: epsilon / m, the tied table,
+    the fused queries) must not be reused: the schema's REVISION joins the job identity when
+    non-zero, so SP's and equalized's ids stay as they were."""
     from lrtransfer.config import semantic
     from lrtransfer.store import job_id
     from tests.conftest import compose
 
-    assert semantic(compose("param=mup"))["param"]["revision"] == 1
+    assert semantic(compose("param=mup"))["param"]["revision"] == 2
     for p in ("standard", "equalized", "modular"):
         assert "revision" not in semantic(compose(f"param={p}"))["param"]
     # a pre-revision id: the hash of the same semantic config without the revision

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,15 +23,75 @@ from tests.conftest import lrtransfer_cmd, typed
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built here
 
-# nanoGPT's model.py, cut to its interface: a config dataclass, GPT(config) (which prints its number
-# of parameters), forward(idx, targets) -> (logits, loss) with every position's logits only when given
-# targets, wte tied to lm_head, attention through scaled_dot_product_attention at its default scale.
+# karpathy/nanoGPT's model.py (MIT), its model as published, cut to what training reads: LayerNorm with
+# an optional bias (its own class, not nn.LayerNorm), the config dataclass, GPT(config) drawing every
+# Linear and Embedding weight N(0, 0.02), biases 0, c_proj N(0, 0.02 / sqrt(2 n_layer)), wte tied to
+# lm_head, attention through scaled_dot_product_attention at its default scale, the parameter count
+# printed by the constructor, forward(idx, targets) -> (logits, loss) with every position's logits
+# only when given targets. Left out: from_pretrained, configure_optimizers, generate and the
+# attention without flash (PyTorch < 2.0). Its draws are the file's, in its order.
 NANOGPT = '''
 import math
 from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
+class LayerNorm(nn.Module):
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, input):
+        return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.dropout = config.dropout
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=self.dropout if self.training else 0,
+                                           is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
 
 @dataclass
 class GPTConfig:
@@ -42,43 +103,6 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        assert config.n_embd % config.n_head == 0
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-class MLP(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-
-    def forward(self, x):
-        return self.c_proj(self.gelu(self.c_fc(x)))
-
-class Block(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -86,27 +110,40 @@ class GPT(nn.Module):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
         for pn, p in self.named_parameters():
             if pn.endswith('c_proj.weight'):
-                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        print("number of parameters: %.2fM" % (sum(p.numel() for p in self.parameters()) / 1e6,))
+                torch.nn.init.normal_(p, mean=0.0, std=0.02/math.sqrt(2 * config.n_layer))
+        print("number of parameters: %.2fM" % (self.get_num_params()/1e6,))
+
+    def get_num_params(self, non_embedding=True):
+        n_params = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n_params -= self.transformer.wpe.weight.numel()
+        return n_params
 
     def _init_weights(self, module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, nn.Linear):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
+            if module.bias is not None:
                 torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def forward(self, idx, targets=None):
-        t = idx.size(1)
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        device = idx.device
+        b, t = idx.size()
+        assert t <= self.config.block_size, f"Cannot forward sequence of length {t}, block size is only {self.config.block_size}"
+        pos = torch.arange(0, t, dtype=torch.long, device=device)
+        tok_emb = self.transformer.wte(idx)
+        pos_emb = self.transformer.wpe(pos)
+        x = self.transformer.drop(tok_emb + pos_emb)
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
@@ -218,8 +255,8 @@ class Recorder(TorchFunctionMode):
         return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            self.scales.append((kwargs or {}).get("scale"))
+        if func is torch.nn.functional.scaled_dot_product_attention:  # the scale it computes with (default 1/sqrt(d))
+            self.scales.append((kwargs or {}).get("scale") or (args[0] if args else kwargs["query"]).shape[-1] ** -0.5)
         return func(*args, **(kwargs or {}))
 
 
@@ -299,6 +336,16 @@ def test_a_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
     assert code == 2 and not list(tmp_path.rglob("record.json"))
     line = next(line for line in err.splitlines() if line.startswith("error:"))
     assert "width=15" in line and "is not divisible by" in line and "2" in line
+
+
+def test_a_base_width_the_heads_cannot_split_is_one_line(family, cli, tmp_path):
+    """muP builds the model at its base width too (its own init there): a base width it refuses is said so."""
+    _, over = family
+    code, out, err = cli("sweep", *over, *SMALL, "width=16", "param=mup", "param.base_width=15", "train.steps=2",
+                         f"results_dir={tmp_path}")
+    assert code == 2 and not list(tmp_path.rglob("record.json"))
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert line.startswith("error: param.base_width=15: the model is built at its base width too") and "width=15" in line
 
 
 @pytest.mark.parametrize("given, line", [("vocab_size: 10", r"vocab_size=10 is smaller than the data's vocabulary \(20\)"),
@@ -459,3 +506,98 @@ def test_a_transformers_config_gets_no_cache_and_no_token_ids_past_the_vocabular
     assert config.bos_token_id is None and config.eos_token_id is None
     kept = model_of([*over[:-1], "model.config_kwargs={n_head: 2, use_cache: true, eos_token_id: 3}"], "width=16")
     assert (kept[1].net.config.use_cache, kept[1].net.config.eos_token_id) == (True, 3)
+
+
+# ---------------------------------------------------------------- the model's own init (model.init)
+QUERIES = {"nanogpt": "transformer.h.0.attn.c_attn (outputs 0..15 of 48)", "gpt2": "transformer.h.0.attn.c_attn (outputs 0..15 of 48)",
+           "llama": "model.layers.0.self_attn.q_proj"}
+
+
+def initial_loss(over, *more) -> float:
+    runs = engine.train(build.job(typed(*over, *SMALL, *more, "train.steps=1")), [Run(log2_lr=-10, seed=0)])
+    return runs[0].history_loss[0]
+
+
+@pytest.mark.parametrize("param", ["standard", "mup"])
+def test_the_initial_loss_is_near_ln_vocab(family, param):
+    """As its authors start it (N(0, 0.02) tables, a zero readout under mup), a language model's
+    first loss is near ln(vocabulary) at every width; PyTorch's N(0, 1) tables started GPT-2 at 18-20."""
+    _, over = family
+    vocab = build.task(typed(*over, *SMALL), torch.device("cpu"), torch.float32).output_dim
+    for width in (32, 256):
+        assert initial_loss(over, f"param={param}", f"width={width}") == pytest.approx(math.log(vocab), abs=0.5), width
+
+
+def test_a_run_starts_as_the_module_built_under_its_seed(family):
+    """Seeds differ, a seed repeats, and run k's tensors are `torch.manual_seed(seed); Model(config)`'s."""
+    _, over = family
+    cfg = typed(*over, *SMALL, "width=16")
+    param = build.parameterization(cfg)
+    net = build.model(cfg, param, runs=3, input_shape=(8,), output_dim=20)
+    param.initialize(net, [0, 1, 0])
+    ours = {a.user_names[n]: t for a in net.layers.values() for n, t in a.trained()}
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        for n, p in type(net.net)(net.net.config).named_parameters():  # the class, called with its config
+            assert torch.equal(ours[n][seed], p.detach()), (seed, n)
+    drawn = [t for a in net.layers.values() for _, t in a.trained() if t[0].unique().numel() > 1]
+    assert drawn and all(torch.equal(t[0], t[2]) and not torch.equal(t[0], t[1]) for t in drawn)
+
+
+def test_mup_scales_the_models_own_init(family):
+    """The family's own std, 0.02 (nanoGPT's and GPT-2's c_proj 0.02 / sqrt(2 n_layer)), at the base width
+    128, times muP's rule: hidden weights / sqrt(m), tables x 1. Within 5%, or 4 standard errors of a
+    draw of the base width's size (a table of 8 positions x 128 has 1024 entries)."""
+    name, over = family
+    for width in (32, 256):
+        m = width / 128
+        for r in rows_of(over, width):
+            n, role = r["name"], r["role"].split()[0]  # "input (tied readout ...)": a table
+            if role not in ("hidden", "input") or n.endswith(("c_attn.weight", "q_proj.weight")):  # (queries: zero)
+                continue
+            own = 0.02 / math.sqrt(2) if name != "llama" and n.endswith("c_proj.weight") else 0.02
+            want = own / math.sqrt(m) if role == "hidden" else own
+            at_base = math.prod(r["shape"]) / m ** (2 if role == "hidden" else 1)
+            assert r["init_std"] == pytest.approx(want, rel=max(0.05, 4 / math.sqrt(2 * at_base))), (width, n)
+
+
+def rows_of(over, width):
+    from lrtransfer.diagnostics.inspect import tensors
+
+    return tensors(typed(*over, *SMALL, "param=mup", f"width={width}"), (8,), 20)
+
+
+def test_inspect_says_which_queries_start_at_zero(family, cli):
+    name, over = family
+    notes = " ".join(rows(cli, over, "param=mup", "param.base_width=16", "width=16")["notes"])
+    assert f"the attention queries start at zero (muP's zero query): {QUERIES[name]}" in notes
+    assert "queries keep their init" not in notes
+    kept = " ".join(rows(cli, over, "param=mup", "param.zero_query=false", "width=16").get("notes", []))
+    assert "start at zero" not in kept and "queries keep their init (muP's zero query is not applied)" in kept
+
+
+TORCH_INIT = json.loads((Path(__file__).parent / "reference" / "torch_init.json").read_text())
+# mup's conventions before model.init existed: the tied table x sqrt(m), one epsilon, the fused queries kept
+OLD_MUP = ["param.tied_init=readout", "param.eps_by_width=false", "param.zero_query=false"]
+
+
+@pytest.mark.parametrize("param", ["standard", "mup"])
+def test_model_init_torch_trains_what_lrtransfer_trained_before_it(family, param):
+    """Losses recorded by the code before model.init (scripts/make_torch_init_fixture.py, at b592ecf),
+    float64: model.init=torch gives them again; and a standard job's identity is the old one."""
+    name, over = family
+    more = ["param.base_width=8", *OLD_MUP] if param == "mup" else []
+    cfg = typed(*over, *SMALL, "width=16", f"param={param}", *more, "model.init=torch", "train.dtype=float64",
+                "train.steps=3")
+    runs = [Run(log2_lr=r["log2_lr"], seed=r["seed"]) for r in TORCH_INIT["cases"][f"{name} {param}"]]
+    for ours, old in zip(engine.train(build.job(cfg), runs), TORCH_INIT["cases"][f"{name} {param}"], strict=True):
+        assert ours.history_loss == pytest.approx(old["history_loss"], rel=1e-12, abs=0)
+        assert ours.eval_loss == pytest.approx(old["eval_loss"], rel=1e-12, abs=0)
+    own = typed(*over, *SMALL, "width=16", f"param={param}", *more, "train.dtype=float64", "train.steps=3")
+    assert "init" not in semantic_of(cfg)["model"] and semantic_of(own)["model"]["init"] == "own"
+
+
+def semantic_of(cfg) -> dict:
+    from lrtransfer.diagnostics.inspect import config_dict
+
+    return config_dict(cfg)

@@ -40,8 +40,8 @@ def nanogpt(tmp_path_factory) -> str:
 def mup_cfg(model: dict, width: str, optim: str, nanogpt: str):
     overrides = [o.replace("{nanogpt}", nanogpt) for o in model["overrides"]]
     data = [DATA[o] for o in overrides if o in DATA]
-    cfg = typed(*CPU, *overrides, *data, "param=mup", f"width={width}",
-                f"param.base_width={MUP['base_width']}", f"optim={optim}")
+    cfg = typed(*CPU, *overrides, *data, "param=mup", f"width={width}",  # mup's MuAdam keeps one epsilon
+                f"param.base_width={MUP['base_width']}", f"optim={optim}", "param.eps_by_width=false")
     assert optim == "adam" or cfg.optim.momentum == MUP["sgd_momentum"]
     return cfg
 
@@ -127,8 +127,8 @@ def test_inspect_tables_at_several_widths_show_the_ratios(cli):
     assert out.count("== model=mlp param=mup") == 2 and "== ratios to the first width" in out
     hidden_weight = next(line for line in out.splitlines()[out.splitlines().index("== ratios to the first width"):]
                          if line.startswith("layers.2.weight"))
-    std, fwd, lr = (float(x) for x in hidden_weight.split()[1:])
-    assert (std, fwd, lr) == (pytest.approx(0.5, rel=0.02), 1.0, 0.25)  # init std halves, Adam LR / 4
+    std, fwd, lr, eps = (float(x) for x in hidden_weight.split()[1:])
+    assert (std, fwd, lr, eps) == (pytest.approx(0.5, rel=0.02), 1.0, 0.25, 0.25)  # init std halves, Adam LR and eps / 4
 
 
 def test_inspect_refuses_a_sweep_other_than_width(cli):

@@ -23,14 +23,17 @@ def test_job_id_ignores_where_and_how_but_not_what():
 
 def test_a_custom_models_job_id_is_the_one_it_had_before_imports_counted(monkeypatch):
     """Ids computed by lrtransfer at b592ecf (before a job's identity followed the files a model file
-    imports, issue 40) for a one-file model: where nothing changed, the records made then are found."""
+    imports, issue 40) for a one-file model: where nothing changed, the records made then are found.
+    Those jobs drew PyTorch's default init (model.init=torch); the own init (the default since issue
+    35) trains other numbers, so its jobs have ids of their own."""
     from pathlib import Path
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    factory = ["model=custom", "model.target=tests/identity_net.py:build"]
+    factory = ["model=custom", "model.target=tests/identity_net.py:build", "model.init=torch"]
     configured = ["model=custom", "model.target=tests/identity_net.py:Net", "model.config=tests/identity_net.py:NetConfig",
-                  "model.width_key=hidden", "model.config_kwargs={inputs: 32, classes: 10}"]
+                  "model.width_key=hidden", "model.config_kwargs={inputs: 32, classes: 10}", "model.init=torch"]
     assert (job_id(compose(*factory)), job_id(compose(*configured))) == ("545adb86e51f", "10f98ab597f3")
+    assert job_id(compose(*factory[:-1])) not in ("545adb86e51f", job_id(compose(*configured[:-1])))
 
     from omegaconf import OmegaConf
 

@@ -42,7 +42,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
     also go and how a sweep picks its jobs (`RUN_SETTINGS`: `engine`, `tracker`,
     `adaptive`, and `lr.resolution`, which only an adaptive sweep reads), Hydra's own settings and the
     fields a schema marks as `location` (where a dataset lives, whether it may be
-    downloaded) are left out, and so are those it marks `added` while at their default, so the same point is recognised whichever launcher,
+    downloaded) are left out, and so are those it marks `added` while at the value jobs computed before the key existed (`before`), so the same point is recognised whichever launcher,
     device, tracker, study folder or data folder ran it.
     What a choice resolves to is recorded, not the word `auto` (model.activation), and a
     parameterization's rule REVISION joins its options when non-zero.
@@ -60,8 +60,8 @@ def semantic(cfg: DictConfig | dict) -> dict:
         schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None
         if schema is not None:
             hidden = {f.name for f in fields(schema) if f.metadata.get("location")}
-            # a key added later, at its default: the job computes what it did before the key existed
-            hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.default}
+            # a key added later, at the value that computes what jobs did before it existed (its default, or `before`)
+            hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.metadata["before"]}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
     model, param = out.get("model"), out.get("param")
     if isinstance(model, dict) and isinstance(param, dict):

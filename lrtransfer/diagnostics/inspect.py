@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from lrtransfer.config import Config, semantic
 from lrtransfer.errors import collected
+from lrtransfer.nn import is_one_dimensional
 
 VECTOR = "vector"  # the role of a bias or a gain: one dimension
 
@@ -40,10 +41,10 @@ def _built(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int
 
 def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
     """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
-    return _rows(*_built(cfg, input_shape, output_dim, seed))
+    return _rows(*_built(cfg, input_shape, output_dim, seed), decay_1d=getattr(cfg.optim, "decay_1d", True))
 
 
-def _rows(param, model) -> list[dict]:
+def _rows(param, model, decay_1d: bool = True) -> list[dict]:
     names = {id(p): n for n, p in model.named_parameters()}
     names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
     tree = getattr(param, "shares", None) is not None  # the modular norm's masses and sensitivities
@@ -62,7 +63,7 @@ def _rows(param, model) -> list[dict]:
                                   atom.bias_mult if slot.name == "bias" else 1.0),
             "lr_mult": float(slot.lr_mult),
             "eps_mult": float(slot.eps_mult),
-            "wd_mult": float(slot.wd_mult),
+            "wd_mult": float(slot.wd_mult if decay_1d or not is_one_dimensional(slot) else 0.0),
             "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,
@@ -79,7 +80,7 @@ def inspect(cfg: Config) -> dict:
     ensure_files(cfg.data)
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
-    doc = {"config": config_dict(cfg), "tensors": _rows(param, model)}
+    doc = {"config": config_dict(cfg), "tensors": _rows(param, model, decay_1d=getattr(cfg.optim, "decay_1d", True))}
     notes = []
     if hasattr(model, "notes"):  # model=custom: what the rules do unseen, and what they cannot reach
         with torch.no_grad(), collected() as said:  # what the forward would warn of, said once: as a note

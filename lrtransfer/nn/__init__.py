@@ -27,6 +27,7 @@ from lrtransfer.nn.atoms import (
     Module,
     Slot,
     is_hidden_matrix,
+    is_one_dimensional,
     scaled,
     tare,
 )
@@ -44,4 +45,4 @@ from lrtransfer.nn.compounds import (
 
 __all__ = ["FIXED", "HIDDEN", "INPUT", "OUTPUT", "ROLES", "VECTOR", "Activation", "Atom", "Conv", "Embedding",
            "Enumerate", "Flatten", "Gain", "LayerNorm", "Linear", "Module", "Pool", "Residual", "Sequential", "Slot",
-           "Standardize", "Sum", "is_hidden_matrix", "scaled", "tare"]
+           "Standardize", "Sum", "is_hidden_matrix", "is_one_dimensional", "scaled", "tare"]

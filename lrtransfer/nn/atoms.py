@@ -57,6 +57,11 @@ class Module(nn.Module):
     def sensitivity(self) -> float:
         return 1.0
 
+    def draw_own_init(self, seed: int | None) -> None:
+        """Before the runs of `seed` are initialised: a model whose tensors start where its own code
+        puts them (model=custom, model.init=own) draws them for that seed (`Atom.own_draw`); None
+        forgets them. The built-in models are drawn by the parameterization alone."""
+
     def split(self, target: float) -> list[tuple[Module, float]]:
         """The target norm of each child that holds weights, given this node's target.
 
@@ -101,6 +106,7 @@ class Atom(Module):
     """
 
     kind = "atom"
+    query_outputs: int | None = None  # of an atom tagged "query": how many of its first outputs are the query (None: all)
     # The trained tensors an atom may hold. "weight" is a matrix in the parameterization's
     # sense (fan_in x fan_out, possibly stored in another shape: `from_matrix`), "bias" a
     # vector added to the output; other names are the atom's own (a layer norm's "gain").
@@ -175,6 +181,12 @@ class Atom(Module):
 
     def own_init(self, name: str) -> Tensor | None:
         """One run's initial value of a tensor no parameterization rules on (a gain), or None."""
+        return None
+
+    def own_draw(self, name: str) -> Tensor | None:
+        """One run's value of a weight or bias as the model's own code draws it for the seed being
+        initialised (model.init=own, `Module.draw_own_init`), in storage shape; None where the
+        parameterization draws it (the built-in models, model.init=torch)."""
         return None
 
     def extra_repr(self) -> str:
@@ -346,3 +358,9 @@ def is_hidden_matrix(atom: Atom, name: str) -> bool:
     """A weight that maps the width to the width (conv kernels included, as matrices): what
     a matrix optimizer (Muon) orthogonalises. Embeddings, the readout, biases and gains are not."""
     return name == "weight" and atom.role == HIDDEN
+
+
+def is_one_dimensional(slot: Slot) -> bool:
+    """A bias, a norm's gain or another tensor of one dimension per run: what nanoGPT's and GPT-2's
+    recipes leave undecayed (`decay_1d: false`; they decay only tensors of 2+ dimensions)."""
+    return slot.name in ("bias", "gain") or (slot.name == "tensor" and slot.tensor.dim() <= 2)

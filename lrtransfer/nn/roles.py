@@ -13,6 +13,11 @@ makes the logits, or an embedding whose table a Linear reuses as its weight (GPT
 
 `transformers`' `Conv1D` (GPT-2's projections) is a Linear stored (in, out): it is
 found by its name and its `nf` (out features), without importing transformers.
+
+Attention queries, which muP starts at zero, are found by the names the known families
+give them (`QUERY_NAMES`): a layer of its own (Llama's `q_proj`, BERT's `query`), or the
+first third of the outputs of a fused query-key-value projection whose outputs are three
+times its inputs (GPT-2's and nanoGPT's `c_attn`, which split q, k, v in that order).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from torch import nn
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn.atoms import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 
+# A layer's last name -> the share of its outputs that is the attention query (from its first output)
+QUERY_NAMES = {"q_proj": 1, "query": 1, "wq": 1, "to_q": 1, "c_attn": 3}  # 3: the first third (fused q, k, v)
 NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
 
 
@@ -41,6 +48,7 @@ class Layer:
     fan_out: int = 1
     in_out: bool = False  # a Linear's weight stored (in, out): transformers' Conv1D
     tied: str = ""  # an embedding's table reused as a Linear's weight: that weight's name (the readout's use)
+    query: int = 0  # how many of its first outputs are an attention query (0: none), `find_queries`
 
 
 def _in_out_linear(module: nn.Module) -> bool:
@@ -137,3 +145,13 @@ def find_readout(layers: list[Layer], output_dim: int, readout: str, target: str
         raise ConfigError(f"model.target={target}: no readout found (no weight maps the width to the "
                           f"{output_dim} logits); name it with model.readout=NAME")
     return found[-1]
+
+
+def find_queries(layers: list[Layer]) -> None:
+    """Mark the attention queries of the known families (`QUERY_NAMES`): a hidden Linear named as
+    a query is one whole; a fused projection (`c_attn`) only where its outputs are three times its
+    inputs, and then its first third."""
+    for layer in layers:
+        share = QUERY_NAMES.get(layer.path.rpartition(".")[2])
+        if layer.kind == "linear" and layer.role == HIDDEN and share and layer.fan_out == share * layer.fan_in:
+            layer.query = layer.fan_out // share

@@ -55,7 +55,12 @@ class UserAtom(Atom):
         if layer.tied:  # the table read as a Linear (dim -> num): the readout's fan-in is the width
             self.tied_use = ReadoutUse(layer.fan_out, layer.fan_in, runs=runs, name=layer.tied)
         self.TENSORS = tuple(layer.names)
-        self._own = {}
+        self.query_outputs = layer.query or None  # the attention query's share of the outputs (tag "query")
+        # how the module's own init of this layer scales from this width to a parameterization's base width
+        # (RMS there / here, `own_init.OwnInit.base_ratios`); 1 without one
+        self.own_ratio = 1.0
+        self._own = {}  # tensors no parameterization rules on: the module's own init (seed 0's build)
+        self._drawn = {}  # the module's own init of every tensor for the seed being initialised (model.init=own)
         for name, value in values.items():  # value: one run's tensor, in the user's layout
             setattr(self, name, nn.Parameter(torch.empty(runs, *value.shape, dtype=value.dtype)))
             if layer.kind in ("gain", "tensor"):  # no parameterization draws these: the module's own init
@@ -76,7 +81,11 @@ class UserAtom(Atom):
         return self.fan_out if self.kind == "embedding" else self.fan_in
 
     def own_init(self, name: str) -> Tensor | None:
-        own = self._own.get(name)
+        own = self._drawn.get(name, self._own.get(name)) if name in self._own else None
+        return None if own is None else own.clone()
+
+    def own_draw(self, name: str) -> Tensor | None:
+        own = self._drawn.get(name) if name not in self._own else None
         return None if own is None else own.clone()
 
     def handed(self, name: str, t: Tensor, alias: str) -> Tensor:
@@ -107,10 +116,12 @@ class Custom(Module):
     def __init__(self, net: nn.Module, layers: list[Layer], readout: Layer, *, runs: int, target: str,
                  input_shape: tuple[int, ...], output_dim: int, output: str = "",
                  attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = (),
-                 explain: Callable[[Exception, int], str | None] | None = None) -> None:
+                 explain: Callable[[Exception, int], str | None] | None = None,
+                 own: Callable[[int], dict[str, Tensor]] | None = None, own_ratios: dict[str, float] | None = None) -> None:
         super().__init__()
         self.runs, self.target, self.input_ndim, self.output_dim = runs, target, len(input_shape), output_dim
         self.output = output
+        self.own = own  # seed -> the module's own initial tensors by name (model.init=own), or None
         # d_head -> factor on an attention's own scale (the parameterization's rule; None: SP's), and the
         # modules it was applied to through their own `scaling` (custom.scale_attention)
         self.attention_scale, self.scaled_modules = attention_scale, list(scaled_modules)
@@ -130,8 +141,10 @@ class Custom(Module):
         for layer in layers:
             values = {a: params[n] for a, n in layer.names.items()}
             tag = "readout" if layer is readout and not layer.tied else None
-            self.layers[_key(layer.path) if layer.kind != "tensor" else _key(layer.names["tensor"])] = UserAtom(
-                layer, values, runs=runs, tag=tag)
+            tag = tag or ("query" if layer.query else None)
+            atom = UserAtom(layer, values, runs=runs, tag=tag)
+            atom.own_ratio = (own_ratios or {}).get(layer.path, 1.0)
+            self.layers[_key(layer.path) if layer.kind != "tensor" else _key(layer.names["tensor"])] = atom
         self.stacked = nn.Module()
         self.buffer_names: dict[str, str] = {}
         for name, b in net.named_buffers(remove_duplicate=False):
@@ -141,6 +154,14 @@ class Custom(Module):
         self.net = net
         self.batched = True  # vmap over the runs; False once vmap could not run the module
         self.attention = _attention_like(net)
+
+    def draw_own_init(self, seed: int | None) -> None:
+        """Hand each atom the module's own init of its tensors for `seed` (model.init=own); None: forget them."""
+        if self.own is None:
+            return
+        values = self.own(seed) if seed is not None else {}
+        for atom in self.layers.values():
+            atom._drawn = {name: values[user] for name, user in atom.user_names.items() if user in values}
 
     # ---- the forward
     def _tensors(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -266,6 +287,22 @@ class Custom(Module):
         """id(stored tensor) -> the user's name of the parameter it holds."""
         return {id(t): atom.user_names[name] for atom in self.layers.values() for name, t in atom.trained()}
 
+    def _query_notes(self) -> list[str]:
+        """Which attention queries (`roles.find_queries`) start at zero in run 0 (muP's zero query), and
+        which part of a fused projection that is."""
+        zeroed = []
+        for atom in self.layers.values():
+            if atom.tag == "query":
+                w = atom.weight.detach()[0]
+                view = w if atom.in_out else w.t()  # (fan_in, fan_out)
+                q = atom.query_outputs or atom.fan_out
+                if not view[:, :q].any():
+                    zeroed.append(atom.path if q == atom.fan_out else f"{atom.path} (outputs 0..{q - 1} of {atom.fan_out})")
+        if not zeroed:
+            return []
+        return [f"note: the attention queries start at zero (muP's zero query): {', '.join(zeroed[:2])}"
+                f"{', ...' if len(zeroed) > 2 else ''} ({len(zeroed)} in all)"]
+
     def notes(self, param) -> list[str]:
         """What `param`'s rules do here that a reader cannot see in the table, and what they cannot
         do from outside the module: a tied readout; a rule for attention logits other than SP's
@@ -277,6 +314,8 @@ class Custom(Module):
                 out.append(f"note: {atom.user_names['weight']} is tied to the readout {atom.tied.name}: one tensor, "
                            f"one init and LR (an embedding's, role {atom.role}); the readout's forward multiplier "
                            f"({atom.tied.weight_mult:.4g}) reaches only its readout use, as mup's MuSharedReadout")
+        zeroed = self._query_notes()
+        out += zeroed
         if not self.attention or not param.rescales_attention():
             return out
         rule = "muP's 1/d attention scale" if param.name == "mup" else f"param={param.name}'s attention rule"
@@ -285,8 +324,8 @@ class Custom(Module):
                  [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]
                  if self.sdpa_calls else [])
         if where:
-            return out + [f"note: {rule} applied through {' and '.join(where)}; queries keep their init "
-                          "(muP's zero query is not applied)"]
+            return out + [f"note: {rule} applied through {' and '.join(where)}"
+                          + ("" if zeroed else "; queries keep their init (muP's zero query is not applied)")]
         return out + [f"warning: {listed(self.attention, 3)} computes attention: {rule} cannot be applied "
                       "from outside the module (it keeps its own scale)"]
 

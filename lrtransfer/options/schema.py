@@ -101,10 +101,11 @@ def location(default: Any) -> Any:
     return field(default=default, metadata={"location": True})
 
 
-def added(default: Any) -> Any:
-    """A field added to an option after jobs ran without it, whose default computes what they
-    computed: at its default it is left out of a job's identity, so their ids (and records) stay."""
-    return field(default=default, metadata={"added": True})
+def added(default: Any, *, before: Any = None) -> Any:
+    """A field added to an option after jobs ran without it: at the value that computes what they
+    computed (`before`; by default the default) it is left out of a job's identity, so their ids
+    (and records) stay. A default that computes something new (`before` another value) is in it."""
+    return field(default=default, metadata={"added": True, "before": default if before is None else before})
 
 
 def odd_kernel(k: int) -> None:

@@ -13,14 +13,20 @@ The user's module becomes the same atoms the built-in models are made of, so eve
 parameterization and optimizer that needs no module tree applies unchanged: its roles
 are read off its shapes at two widths (`nn/roles.py`: input, hidden, output; the
 readout is the output weight that makes the logits, or `model.readout`), and it runs
-for K runs at once by `torch.func.functional_call` under vmap (`nn/wrapped.py`). A
-tensor outside any known layer keeps the init its module gave it.
+for K runs at once by `torch.func.functional_call` under vmap (`nn/wrapped.py`).
+
+Each run starts from the module's own init for its seed (`model.init=own`, `own_init.py`):
+`standard` trains it as written, `mup` rescales it by its rules; `model.init=torch` draws
+every Linear, convolution and Embedding from PyTorch's default init instead, per seed,
+as lrtransfer did before the key existed (a tensor outside any known layer then keeps the
+init its module gave it at seed 0).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, ClassVar
 
 import torch
@@ -28,12 +34,22 @@ from omegaconf import OmegaConf
 
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
-from lrtransfer.nn.roles import assign_roles, find_readout, layers_of
+from lrtransfer.nn.roles import assign_roles, find_queries, find_readout, layers_of
 from lrtransfer.nn.wrapped import Custom
+from lrtransfer.options.model.own_init import OwnInit, seeded
 from lrtransfer.options.model.sources import source_hash
 from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
                                              int_fields, load)
 from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
+
+
+class ModelInit(str, Enum):
+    """Where a run's tensors start: the module's own init for the run's seed (`own`), or PyTorch's
+    default init of each Linear, convolution and Embedding drawn by lrtransfer (`torch`: before
+    the key existed, and the same draws as the built-in models')."""
+
+    own = "own"
+    torch = "torch"
 
 
 @dataclass
@@ -66,6 +82,9 @@ class CustomOptions:
     # Where the logits are in what the forward returns: "" infers (a tensor; the `logits` of an
     # output object or dict; the first element of a tuple), else an attribute, key or index.
     output: str = added("")
+    # own: each run starts from the module's own init for its seed; torch: PyTorch's default init of
+    # every Linear, convolution and Embedding (what jobs computed before the key: no part of their ids)
+    init: ModelInit = added(ModelInit.own, before=ModelInit.torch)
     # The content hash of the files the model is built from (the conf file fills it in:
     # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does.
     source: str = ""
@@ -112,11 +131,10 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     target = options.target
     fn = load(target)
     given = dict(width=width, depth=depth, input_shape=tuple(input_shape), output_dim=output_dim)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)  # a tensor outside any layer starts where the module put it, the same every time
-        net = construct(fn, options, **given)
+    make = lambda w: construct(fn, options, **{**given, "width": w})  # noqa: E731
+    net = seeded(lambda: make(width), 0)  # seed 0's own init (and, under model.init=torch, that of tensors outside a layer)
     with torch.device("meta"):
-        other = construct(fn, options, **{**given, "width": 2 * width})
+        other = make(2 * width)
     layers = layers_of(net)
     shapes = {n: p.shape for n, p in net.named_parameters()}
     assign_roles(layers, shapes, {n: p.shape for n, p in other.named_parameters()}, target)
@@ -128,10 +146,46 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     readout = find_readout(layers, output_dim, options.readout, target)
     if options.readout and not readout.tied:
         readout.role = OUTPUT  # the user's word: this weight makes the logits
+    find_queries(layers)
+    own, ratios = None, None
+    if options.init == ModelInit.own:
+        own = own_init(make, width, net, options, given)
+        if param.base_width is not None:
+            ratios = at_base(own, make, layers, param.base_width)
     scale = attention_rule(param)
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
                   output_dim=output_dim, output=options.output, attention_scale=scale,
-                  scaled_modules=scale_attention(net, scale), explain=context_failure(target, layers, output_dim, fields))
+                  scaled_modules=scale_attention(net, scale), explain=context_failure(target, layers, output_dim, fields),
+                  own=own.values if own else None, own_ratios=ratios)
+
+
+_CHECKED: set = set()  # the configs whose own init was checked in this process (`OwnInit.check`)
+
+
+def own_init(make, width: int, net, options: CustomOptions, given: dict) -> OwnInit | None:
+    """The module's own init per seed, checked once a process per config before it is used; None
+    where the module was built on the meta device (a check before any training: nothing is drawn)."""
+    meta = any(p.is_meta for p in net.parameters())
+    key = (repr(options), tuple(sorted(given.items())))
+    if key not in _CHECKED:
+        with torch.device("cpu"):
+            OwnInit(make, width, seeded(lambda: make(width), 0) if meta else net, options.target).check()
+        _CHECKED.add(key)
+    return None if meta else OwnInit(make, width, net, options.target)
+
+
+def at_base(own: OwnInit | None, make, layers, base_width: int) -> dict[str, float] | None:
+    """`OwnInit.base_ratios`, with a width the module refuses said to be the base width; on the meta
+    device (the check before training) only whether the module can be built there."""
+    try:
+        if own is None:
+            with torch.device("meta"):
+                make(base_width)
+            return None
+        return own.base_ratios(layers, base_width)
+    except ConfigError as e:
+        raise ConfigError(f"param.base_width={base_width}: the model is built at its base width too, to measure "
+                          f"its own init there, and it refuses it: {e}") from None
 
 
 def attention_rule(param):

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from lrtransfer.options.optim.kernels import adam_directions_
-from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, in_unit, non_negative, positive
+from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive
 
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ class AdamOptions:
     eps: float = 1e-8
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
+    decay_1d: bool = added(True)  # false: biases and norm gains do not decay (nanoGPT's and GPT-2's recipes)
 
     def check(self) -> None:
         check_adam(self)

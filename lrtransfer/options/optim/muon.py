@@ -44,7 +44,7 @@ from lrtransfer.nn.linalg import as_matrices, newton_schulz
 from lrtransfer.options.optim.adam import check_adam
 from lrtransfer.options.optim.kernels import adam_directions_
 from lrtransfer.nn import is_hidden_matrix
-from lrtransfer.options.schema import ORTHOGONALIZED, ConfigError, DecayScaling, Grid, in_unit, positive
+from lrtransfer.options.schema import ORTHOGONALIZED, ConfigError, DecayScaling, Grid, added, in_unit, positive
 
 if TYPE_CHECKING:
     from lrtransfer.nn import Slot
@@ -85,6 +85,7 @@ class MuonOptions:
     eps: float = 1e-10
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
+    decay_1d: bool = added(True)  # false: biases and norm gains do not decay (nanoGPT's and GPT-2's recipes)
 
     def check(self) -> None:
         in_unit("optim.momentum", self.momentum)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from lrtransfer.options.schema import GRADIENT, DecayScaling, Grid, in_unit, non_negative
+from lrtransfer.options.schema import GRADIENT, DecayScaling, Grid, added, in_unit, non_negative
 
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ class SGDOptions:
     nesterov: bool = False
     weight_decay: float = 0.0
     decay_scaling: DecayScaling = DecayScaling.independent
+    decay_1d: bool = added(True)  # false: biases and norm gains do not decay (nanoGPT's and GPT-2's recipes)
 
     def check(self) -> None:
         in_unit("optim.momentum", self.momentum)

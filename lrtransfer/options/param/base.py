@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
-from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix
+from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix, is_one_dimensional
 from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED
 
 
@@ -54,6 +54,7 @@ RESIDUAL_RULES = {
 
 class Parameterization:
     name = "standard"
+    base_width: int | None = None  # the width its rules are relative to (muP's); None: no base (SP)
 
     def __init__(self, options, *, width: int, update: str) -> None:
         self.options, self.width, self.update = options, width, update
@@ -111,26 +112,39 @@ class Parameterization:
         bound = 1.0 / math.sqrt(atom.fan_in)
         return torch.empty(atom.fan_out).uniform_(-bound, bound, generator=gen)
 
+    def from_own(self, atom: Atom, name: str, own: Tensor) -> Tensor | None:
+        """One run's weight or bias from the model's own init of it (`Atom.own_draw`, storage shape):
+        SP trains the model as published, so it keeps it. None: this rule draws it itself
+        (`init_weight`, `init_bias`), as a parameterization that defines its own init does."""
+        return own
+
     def init_tensor(self, atom: Atom, name: str, gen: torch.Generator) -> Tensor:
         """One run's initial value of the atom's tensor `name`, in storage shape (without K)."""
         own = atom.own_init(name)
         if own is not None:
             return own
+        drawn = atom.own_draw(name)
+        mine = self.from_own(atom, name, drawn) if drawn is not None else None
+        if mine is not None:
+            return mine
         if name == "weight":
             return atom.from_matrix(self.init_weight(atom, gen))
         return self.init_bias(atom, gen)
 
     @torch.no_grad()
     def initialize(self, model: Module, seeds: Sequence[int]) -> None:
-        """Initialise run k from seeds[k]; runs sharing a seed start identical."""
+        """Initialise run k from seeds[k]; runs sharing a seed start identical (and share the model's
+        own draws, where it starts from them: one construction of a published model per seed)."""
         for seed in dict.fromkeys(seeds):
             runs = [k for k, s in enumerate(seeds) if s == seed]
             gen = torch.Generator().manual_seed(seed)
+            model.draw_own_init(seed)
             for atom in model.atoms():
                 for name, t in atom.trained():
                     value = self.init_tensor(atom, name, gen).reshape(t.shape[1:])
                     for k in runs:
                         t[k].copy_(value)
+        model.draw_own_init(None)
 
     # ---- learning rates and updates
     def lr_multiplier(self, atom: Atom, name: str) -> float:
@@ -185,18 +199,21 @@ class Parameterization:
         `weight_decay` may be one value per run (`grid.optim.weight_decay`): a (K,)
         float64 tensor, combined with the factors in float64 and rounded once, as a
         Python scalar is, so each run decays exactly as a job with its value would.
+        With `decay_1d: false` biases and norm gains (`is_one_dimensional`) do not decay.
         """
         wd = optim.weight_decay
+        keep_1d = getattr(optim, "decay_1d", True)
+        mults = [s.wd_mult if keep_1d or not is_one_dimensional(s) else 0.0 for s in slots]
         if not isinstance(wd, Tensor):
             if not wd:
                 return None
             if optim.decay_scaling.value == "lr":
-                return [lr * (factor * wd * s.lr_mult * s.wd_mult) for s in slots]
+                return [lr * (factor * wd * s.lr_mult * w) for s, w in zip(slots, mults)]
             alive = (lr > 0).to(lr.dtype)
             shared = alive * (factor * wd)
-            return [shared if s.wd_mult == 1 else alive * (factor * wd * s.wd_mult) for s in slots]
+            return [shared if w == 1 else alive * (factor * wd * w) for w in mults]
         if optim.decay_scaling.value == "lr":
-            return [lr * (factor * wd * s.lr_mult * s.wd_mult).to(lr.dtype) for s in slots]
+            return [lr * (factor * wd * s.lr_mult * w).to(lr.dtype) for s, w in zip(slots, mults)]
         alive = (lr > 0).to(lr.dtype)
         shared = alive * (factor * wd).to(lr.dtype)
-        return [shared if s.wd_mult == 1 else alive * (factor * wd * s.wd_mult).to(lr.dtype) for s in slots]
+        return [shared if w == 1 else alive * (factor * wd * w).to(lr.dtype) for w in mults]

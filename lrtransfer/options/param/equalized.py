@@ -82,6 +82,9 @@ class Equalized(Parameterization):
         c = self.he_constant(atom)
         return c, (c if self.scale_bias else 1.0)
 
+    def from_own(self, atom: Atom, name: str, own: Tensor) -> None:
+        return None  # N(0, 1) weights and zero biases are the rule: drawn here, whatever the model's own (model.init=own)
+
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
         return torch.randn(atom.fan_in, atom.fan_out, generator=gen)
 

@@ -1,9 +1,14 @@
-"""Maximal update parameterization (muP; Tensor Programs V), as the `mup` package states it.
+"""Maximal update parameterization (muP; Tensor Programs V), as the `mup` package and nanoGPT-mup state it.
 
 Every rule is relative to `base_width`: with m = width / base_width, each weight
 dimension that grows with the width ("infinite") gets the factors below, so at
-`width == base_width` (and without the zero readout) muP *is* SP, number for
-number. Roles (see `model/layers.py`):
+`width == base_width` (and without the zero readout and queries) muP *is* SP, number
+for number. Roles (see `model/layers.py`); "SP" is PyTorch's init, drawn here (the
+built-in models, model.init=torch), whose std 1/sqrt(fan_in) makes the table's factors
+the init at the base width times the width rule (`variance_rule`). A published model
+(model=custom, model.init=own) starts each tensor at its own init at the base width
+(measured, `from_own`) times the same rule: hidden / sqrt(m), input and output x 1.
+Adam's epsilon is divided by m on every tensor (`eps_by_width`, nanoGPT-mup's rule).
 
 | role   | init                              | forward mult      | adaptive LR (Adam) | gradient LR (SGD) |
 |--------|-----------------------------------|-------------------|---------|--------|
@@ -39,14 +44,16 @@ LR x m (the `(input, weight)` entries of LR_POWERS).
 
 An embedding tied to the readout (model=custom, GPT-2's `wte`/`lm_head`) is one tensor,
 as in `mup`'s `MuSharedReadout`: the embedding's rules (init, LR), with the readout's
-forward multiplier on its readout use only, and its init times sqrt(m), the factor
-`set_base_shapes` applies to a MuReadout's weight (shared, so the embedding's too);
-never zeroed.
+forward multiplier on its readout use only; never zeroed. Its init is the embedding's
+(`tied_init=embedding`, nanoGPT-mup's) or that times sqrt(m) (`tied_init=readout`, the
+factor `set_base_shapes` applies to a MuReadout's weight, shared or not).
 
 The readout is zero-initialised by default (`readout_zero_init`). Attention,
 for the transformer: logits scaled by 1/d_head instead of 1/sqrt(d_head)
-(`attention_scale`, equal to SP's at the base width) and zero-initialised queries
-(atoms tagged "query", `zero_query`). Weight decay stays decoupled from the LR
+(`attention_scale`, equal to SP's at the base width; `attn_mult / d_head` where set) and
+zero-initialised queries (atoms tagged "query", `zero_query`; of a fused projection, its
+`query_outputs`). nanoGPT-mup's constants, where they differ from the rules by a constant:
+`hidden_std` (its init_std for every hidden weight) and `attn_mult=1`. Weight decay stays decoupled from the LR
 unless `optim.decay_scaling=lr` asks otherwise; then it follows each tensor's LR.
 Under Muon (`ORTHOGONALIZED`), hidden matrices get LR x 1: the orthogonalised update's
 spectral norm is ~1 at every width (`optim.scale=jordan` or `spectral`), what muP asks
@@ -62,7 +69,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from enum import Enum
+from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor
@@ -72,12 +80,23 @@ from lrtransfer.options.param.base import Parameterization, tensor_update
 from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive
 
 
+class TiedInit(str, Enum):
+    """How a token table that is also the readout (a tied head) starts: as the embedding it is
+    (`embedding`: nanoGPT-mup keeps it at its init_std), or rescaled as a readout (`readout`:
+    x sqrt(m), as `mup`'s MuSharedReadout after set_base_shapes)."""
+
+    embedding = "embedding"
+    readout = "readout"
+
+
 @dataclass
 class MupOptions:
     # Bumped when the rules change while the options do not, so that a job's identity
     # (`config.semantic`) changes and records made under the old rules are not reused.
     # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
-    REVISION: ClassVar[int] = 1
+    # 2: Adam's epsilon / m (eps_by_width), a tied table keeps its embedding init (tied_init), muP's
+    #    zero query reaches the known fused projections of model=custom (GPT-2's and nanoGPT's c_attn).
+    REVISION: ClassVar[int] = 2
     # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier.
     PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult",)
 
@@ -87,12 +106,24 @@ class MupOptions:
     output_mult: float = 1.0
     zero_query: bool = True  # attention queries start at zero (for transformers)
     depth_exponent: float = 0.0  # residual branches x L^-depth_exponent (0.5: depth-muP); 0: width only
+    eps_by_width: bool = True  # Adam's epsilon / m for every tensor (nanoGPT-mup; Everett et al. 2024)
+    tied_init: TiedInit = TiedInit.embedding  # a tied table: its embedding init (nanoGPT-mup), or x sqrt(m) (mup)
+    # > 0: every hidden weight N(0, hidden_std^2 / m), nanoGPT-mup's init_std (which drops nanoGPT's
+    # 1/sqrt(2 n_layer) on c_proj); 0: the model's own init (PyTorch's, model.init=torch) by muP's rule
+    hidden_std: float = 0.0
+    # attention logits x attn_mult / d_head (mup's attn_mult; 1 is nanoGPT-mup's 1/d); None:
+    # sqrt(d_head at the base width), so that muP's scale is SP's 1/sqrt(d_head) at the base width
+    attn_mult: Optional[float] = None
 
     def check(self) -> None:
         positive("param.base_width", self.base_width)
         positive("param.output_mult", self.output_mult)
         if not self.depth_exponent >= 0:
             raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
+        if not self.hidden_std >= 0:
+            raise ConfigError(f"param.hidden_std must be >= 0 (0: the model's own init), got {self.hidden_std!r}")
+        if self.attn_mult is not None:
+            positive("param.attn_mult", self.attn_mult)
 
     def check_with(self, cfg) -> None:
         """muP's rule for orthogonalised hidden updates (LR x 1) holds only when their
@@ -138,6 +169,8 @@ class MuP(Parameterization):
         self.output_mult = p.output_mult
         self.zero_query = p.zero_query
         self.depth_exponent = p.depth_exponent
+        self.eps_by_width, self.tied_init, self.hidden_std, self.attn_mult = (
+            p.eps_by_width, TiedInit(p.tied_init), p.hidden_std, p.attn_mult)
 
     def residual_scales(self, depth: int) -> tuple[float, float]:
         return 1.0, float(depth) ** -self.depth_exponent
@@ -147,23 +180,67 @@ class MuP(Parameterization):
             return self.output_mult / self.m, 1.0
         return 1.0, 1.0
 
+    # ---- init: a tensor's init at the base width, times muP's width rule for its role
+    def variance_rule(self, atom: Atom) -> float:
+        """A weight's init variance at this width over its variance at the base width: 1/m for a
+        hidden weight (variance 1/fan_in), 1 for input, output and fixed ones; a table tied to the
+        readout keeps its embedding's 1 (tied_init=embedding) or takes a readout's m (tied_init=readout)."""
+        if atom.tied is not None:
+            return self.m if self.tied_init == TiedInit.readout else 1.0
+        return 1.0 / self.m if atom.role == HIDDEN else 1.0
+
+    def zeroed(self, atom: Atom) -> bool:
+        """A readout (never a tied table: its embedding reads it) under readout_zero_init."""
+        return atom.role == OUTPUT and self.readout_zero_init
+
+    def without_query(self, atom: Atom, w: Tensor, matrix: bool) -> Tensor:
+        """w with its attention query's outputs at zero (zero_query): all of a query's, the first
+        `query_outputs` of a fused projection's (model=custom: GPT-2's c_attn). w: the (fan_in,
+        fan_out) view (`matrix`), or the storage shape."""
+        if atom.tag != "query" or not self.zero_query:
+            return w
+        keep = torch.ones(atom.fan_in, atom.fan_out, dtype=w.dtype)
+        keep[:, : atom.query_outputs or atom.fan_out] = 0
+        return w * (keep if matrix else atom.from_matrix(keep).reshape(w.shape))
+
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
-        # SP's draws are made even for a zeroed tensor, so every other tensor of a
-        # seed starts exactly as under SP.
-        w = super().init_weight(atom, gen)
-        if atom.tied is not None:  # an embedding tied to the readout: never zero (the embedding reads it)
-            return w * math.sqrt(self.m)  # and rescaled as a readout, as mup's MuSharedReadout does
-        if (atom.role == OUTPUT and self.readout_zero_init) or (atom.tag == "query" and self.zero_query):
+        """From PyTorch's draw at this width (the built-in models, model.init=torch), whose std
+        1/sqrt(fan_in) is its base width's / sqrt(fan-in multiplier); or, for a hidden weight
+        under hidden_std, N(0, hidden_std^2) at the base width."""
+        if atom.role == HIDDEN and self.hidden_std:
+            w = torch.randn(atom.fan_in, atom.fan_out, generator=gen) * (self.hidden_std * self.variance_rule(atom) ** 0.5)
+        else:
+            # SP's draws are made even for a zeroed tensor, so every other tensor of a seed starts exactly as under SP.
+            # (a hidden weight's: SP's variance 1/fan_in is muP's rule already)
+            w = super().init_weight(atom, gen)
+            factor = 1.0 if atom.role == HIDDEN else math.sqrt(self.fan_in_mult(atom) * self.variance_rule(atom))
+            w = w if factor == 1.0 else w * factor
+        if self.zeroed(atom):
             return torch.zeros_like(w)
-        return w * math.sqrt(self.m) if atom.role == OUTPUT else w
+        return self.without_query(atom, w, matrix=True)
+
+    def from_own(self, atom: Atom, name: str, own: Tensor) -> Tensor | None:
+        """From the model's own init (model.init=own): its own draw at this width times
+        `atom.own_ratio` is its init at the base width (measured: `own_init.OwnInit.base_ratios`).
+        A fixed tensor (no dimension grows) keeps its own init at every width."""
+        if atom.role == FIXED:
+            return own
+        if self.zeroed(atom):
+            return torch.zeros_like(own)  # the readout's weight and bias
+        if name != "weight":
+            return own * atom.own_ratio  # a bias: its init at the base width
+        if atom.role == HIDDEN and self.hidden_std:
+            return None  # drawn by init_weight
+        factor = atom.own_ratio * self.variance_rule(atom) ** 0.5
+        return self.without_query(atom, own if factor == 1.0 else own * factor, matrix=False)
 
     def fan_in_mult(self, atom: Atom) -> float:
         """The width multiplier of the atom's fan-in: 1 from a fixed-size input (or a fixed layer), else m."""
         return 1.0 if atom.role in (INPUT, FIXED) else self.m
 
     def init_bias(self, atom: Atom, gen: torch.Generator) -> Tensor:
-        """SP's draw x sqrt(fan-in multiplier): mup's rescale_linear_bias (and MuReadout's
-        rescale, the same factor for the readout)."""
+        """SP's draw x sqrt(fan-in multiplier), its base width's: mup's rescale_linear_bias (and
+        MuReadout's rescale, the same factor for the readout)."""
         b = super().init_bias(atom, gen)
         if atom.role == OUTPUT and self.readout_zero_init:
             return torch.zeros_like(b)
@@ -177,8 +254,17 @@ class MuP(Parameterization):
                               f"rules: {', '.join(sorted(f'{r} {n}' for r, n in LR_POWERS[kind]))}")
         return self.m ** power
 
+    def eps_multiplier(self, atom: Atom, name: str) -> float:
+        """Adam's epsilon / m for every tensor (eps_by_width), nanoGPT-mup's rule: muP's updates
+        keep their size as the width grows while the gradients they come from shrink, so a fixed
+        epsilon would come to dominate sqrt(v) (Everett et al. 2024)."""
+        return 1.0 / self.m if self.eps_by_width else 1.0
+
     def attention_scale(self, d_head: int) -> float:
         """sqrt(d_base) / d_head with d_base = d_head / m (heads fixed): 1/d_head scaling
         that equals SP's 1/sqrt(d_head) at the base width (written as SP's scale / sqrt(m),
-        = sqrt(d_base) / d_head, so that at m = 1 it is SP's number exactly)."""
+        = sqrt(d_base) / d_head, so that at m = 1 it is SP's number exactly); attn_mult / d_head
+        where attn_mult is set."""
+        if self.attn_mult is not None:
+            return self.attn_mult / d_head
         return super().attention_scale(d_head) / math.sqrt(self.m)

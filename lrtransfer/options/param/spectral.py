@@ -87,6 +87,9 @@ class SpectralParam(Parameterization):
         self._atoms: list[Atom] = []
 
     # ---- initialisation
+    def from_own(self, atom: Atom, name: str, own: Tensor) -> None:
+        return None  # the spectral condition is its init: drawn here, whatever the model's own (model.init=own)
+
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:
         fi, fo = atom.fan_in, atom.fan_out
         if self.init_kind == "orthogonal":
