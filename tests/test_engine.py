@@ -213,3 +213,74 @@ def test_opt_in_precisions():
     assert bf16.history_loss != f32.history_loss  # bfloat16 really ran
     assert bf16.final_loss == pytest.approx(f32.final_loss, rel=0.05)
     assert bf16.eval_loss == pytest.approx(f32.eval_loss, rel=0.05)
+
+
+# ---------------------------------------------------------------- one optimizer pass per run
+# Width 192: the hidden matrix's slice of a run (192 x 192) is past passes.PER_RUN_MIN, so it takes
+# the fused pass per run; the other tensors take the whole-ensemble path.
+ONE_PASS = {
+    "adam": ["optim.weight_decay=0.01"],
+    "adam-lr-decay": ["optim.weight_decay=0.01", "optim.decay_scaling=lr"],
+    "mup": ["param=mup", "param.base_width=48", "optim.weight_decay=0.01", "optim.decay_scaling=lr"],
+    "equalized": ["param=equalized"],
+    "sgd": ["optim=sgd", "optim.weight_decay=0.01"],
+    "sgd-nesterov": ["optim=sgd", "optim.nesterov=true"],
+    "sgd-plain": ["optim=sgd", "optim.momentum=0"],
+}
+
+
+def direction_path(monkeypatch) -> None:
+    """Make every rule look as if it owned its updates: the engine then takes the direction path."""
+    from lrtransfer.options.param.base import Parameterization
+
+    monkeypatch.setattr(Parameterization, "scales_directions", property(lambda self: False))
+
+
+def trained_both_ways(monkeypatch, over, runs):
+    one_pass = engine.train(build.job(typed(*over)), runs)
+    with monkeypatch.context() as m:
+        direction_path(m)
+        return one_pass, engine.train(build.job(typed(*over)), runs)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", ONE_PASS)
+def test_one_pass_per_run_equals_the_direction_path_bit_for_bit(monkeypatch, case, dtype):
+    """Where each run's rate is a power of two (integer log2 LRs, a constant schedule,
+    power-of-two multipliers: muP at width 4x its base), folding it into the fused kernel
+    rounds exactly as scaling the direction does, decay and per-run weight decay included."""
+    over = ["width=192", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
+            "train.steps=20", f"train.dtype={dtype}", *ONE_PASS[case]]
+    sgd = "optim=sgd" in over
+    lrs = (-7, -5, -3) if sgd else (-11, -9, -7)
+    runs = [Run(log2_lr=e, seed=0, grid=(("optim.weight_decay", wd),)) for e in lrs for wd in (0.0, 0.01)]
+    cfg = typed(*over)
+    ens = engine.Ensemble(build.job(cfg), runs[:1])
+    assert ens.fused and any(ens.opt._split)
+    one_pass, directions = trained_both_ways(monkeypatch, over, runs)
+    assert [vars(r) for r in one_pass] == [vars(r) for r in directions]
+    assert not any(r.diverged for r in one_pass)
+
+
+def test_one_pass_per_run_rounds_like_the_direction_path_elsewhere(monkeypatch):
+    """A cosine schedule, fractional log2 LRs, muP at 3x its base width: the two paths round the
+    rate's product differently (in the last bit), and stay within float64 rounding of each other."""
+    over = ["width=192", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu", "train.steps=30",
+            "train.dtype=float64", "train.schedule=cosine", "param=mup", "param.base_width=64", "optim.weight_decay=0.1"]
+    runs = [Run(log2_lr=e, seed=0) for e in (-8.3, -6.6)]
+    one_pass, directions = trained_both_ways(monkeypatch, over, runs)
+    assert [r.history_loss for r in one_pass] != [r.history_loss for r in directions]  # the paths did differ
+    for a, b in zip(one_pass, directions):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-12)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-12)
+
+
+@pytest.mark.parametrize("param, optim, fused", [
+    ("standard", "adam", True), ("mup", "sgd", True), ("equalized", "adam", True),
+    ("modular", "adam", False), ("spectral", "adam", False), ("standard", "muon", False),
+])
+def test_only_rate_times_direction_updates_take_the_one_pass(param, optim, fused):
+    """The modular norm and spectral map directions to updates of their own (`updates`); Muon
+    orthogonalises: each keeps its own pass."""
+    cfg = typed("width=24", "depth=3", f"param={param}", f"optim={optim}", "engine.device=cpu")
+    assert engine.Ensemble(build.job(cfg), [Run(log2_lr=-7, seed=0)]).fused == fused

@@ -55,6 +55,7 @@ class UserAtom(Atom):
         if layer.tied:  # the table read as a Linear (dim -> num): the readout's fan-in is the width
             self.tied_use = ReadoutUse(layer.fan_out, layer.fan_in, runs=runs, name=layer.tied)
         self.TENSORS = tuple(layer.names)
+        self.MATRICES = ("weight",) if layer.kind in ("linear", "conv") else ()
         self._own = {}
         for name, value in values.items():  # value: one run's tensor, in the user's layout
             setattr(self, name, nn.Parameter(torch.empty(runs, *value.shape, dtype=value.dtype)))

@@ -42,6 +42,7 @@ class Plan:
     seconds_per_run_step: float | None = None
     rate_from: str = ""  # which finished jobs the rate was measured on
     adaptive: list[str] = field(default_factory=list)  # an adaptive sweep's round and budget, said first
+    notes: list[str] = field(default_factory=list)  # said last: what this machine makes of the jobs' settings
 
     @property
     def todo(self) -> list[PlanEntry]:
@@ -60,7 +61,7 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
     """Compose and validate every job of the sweep; classify each by what is on disk."""
     loader = sweeper.hydra_context.config_loader
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
-    plan, seen = Plan(), set()
+    plan, seen, typed_configs = Plan(), set(), []
     for overrides in job_overrides:
         cfg = loader.load_sweep_config(sweeper.config, list(overrides))
         varying = " ".join(o for o in overrides if o not in common)
@@ -72,11 +73,29 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         if folder.name in seen:
             continue
         seen.add(folder.name)
+        typed_configs.append(typed)
         if plan.first_config is None:
             plan.first_config = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         plan.jobs.append(PlanEntry(varying or "(the only job)", folder.name, folder, status_of(folder), run_steps(typed), runs_per_job(typed)))
     plan.seconds_per_run_step, plan.rate_from = measured_rate({j.folder.parent for j in plan.jobs})
+    plan.notes = machine_notes(typed_configs)
     return plan
+
+
+def machine_notes(configs) -> list[str]:
+    """What this machine makes of the jobs' settings: bf16 without a bf16 matrix unit (once per dtype)."""
+    from lrtransfer.training.build import DeviceError, select_device
+    from lrtransfer.training.precision import bf16_note
+
+    notes = []
+    for kind, device in dict.fromkeys((c.train.dtype.value, c.engine.device) for c in configs):
+        try:
+            note = bf16_note(kind, select_device(device))
+        except DeviceError:
+            continue
+        if note and note not in notes:
+            notes.append(note)
+    return notes
 
 
 def run_steps(typed) -> int:
@@ -161,4 +180,4 @@ def describe(plan: Plan) -> list[str]:
                   f"per run-step (the mean of {plan.rate_from}; bigger jobs take longer per step)")
     else:
         total += "; no finished job here yet to measure this machine's rate on (run one, then ask again)"
-    return [*lines, total]
+    return [*lines, total, *plan.notes]
