@@ -182,14 +182,63 @@ def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
     fp = memory.footprint(build.job(cfg, cpu))
     hidden = 512 * 512
     assert hidden < fp.weights < 1.2 * hidden and fp.element == 4
-    monkeypatch.setattr(memory, "last_level_cache", lambda: 10**12)  # memory alone decides
+    monkeypatch.setattr(memory, "cache_budget", lambda: 10**12)  # memory alone decides
     budget = 3.5 * fp.bytes_per_run / 2**30
     assert memory.chunk_size(build.job(typed("width=512", f"engine.max_memory_gb={budget}"), cpu), 11) == 3  # 3, 3, 3, 2
-    monkeypatch.setattr(memory, "last_level_cache", lambda: 4 * fp.working_set_per_run)
+    monkeypatch.setattr(memory, "cache_budget", lambda: 4 * fp.working_set_per_run)
     assert memory.chunk_size(build.job(cfg, cpu), 11) == 4  # 4, 4, 3: equal chunks within the cache
     assert memory.chunk_size(build.job(typed("width=512", "engine.chunk=2"), cpu), 11) == 2
     assert memory.chunk_size(build.job(typed("width=512", "engine.batched=false"), cpu), 11) == 1
-    assert memory.last_level_cache() >= 2**20
+
+
+def fake_sysfs(root, size: str, shared: str, cpus=(0, 1)):
+    for cpu in cpus:
+        for index, (level, kind, sz, sh) in enumerate([(1, "Data", "32K", str(cpu)), (2, "Unified", "1024K", str(cpu)),
+                                                        (3, "Unified", size, shared)]):
+            folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+            folder.mkdir(parents=True)
+            for name, text in (("level", str(level)), ("type", kind), ("size", sz), ("shared_cpu_list", sh)):
+                (folder / name).write_text(text + "\n")
+    return root
+
+
+def test_the_cache_budget_is_this_jobs_share_and_no_more_than_measured(monkeypatch, tmp_path):
+    """A job on 2 of 8 CPUs sharing a 32 MiB cache gets a quarter of it; a VM shown its host's
+    480 MiB gets what the probe measured, and the probe runs once per machine (its figure kept in
+    the user's cache folder)."""
+    from lrtransfer.training import cache
+
+    monkeypatch.setattr(cache, "_usable_cpus", lambda: {0, 1})
+    monkeypatch.setattr(cache, "SYSFS", fake_sysfs(tmp_path / "a", "32768K", "0-7"))
+    assert cache.share() == 8 * 2**20
+    monkeypatch.setattr(cache, "SYSFS", fake_sysfs(tmp_path / "b", "480M", "0-1"))
+    assert cache.share() == 480 * 2**20  # all the guest can tell
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    probes = []
+    monkeypatch.setattr(cache, "probe", lambda: probes.append(1) or 16 * 2**20)
+    assert cache.budget() == 16 * 2**20 and cache.budget() == 16 * 2**20
+    assert len(probes) == 1 and list((tmp_path / "home-cache" / "lrtransfer").glob("cache-probe-*.json"))
+    # so a width-1024 job trains one run at a time there, not all 11 at once (0.59-0.88x as fast)
+    assert memory.chunk_size(build.job(typed("width=1024"), torch.device("cpu")), 11) == 1
+
+
+def test_the_probe_finds_a_cache_between_its_bounds():
+    from lrtransfer.training import cache
+
+    found = cache.probe(smallest=2**20, largest=2**26)
+    assert 2**20 <= found <= 2**25 and found & (found - 1) == 0
+
+
+def test_a_job_gets_one_thread_unless_told_otherwise(monkeypatch):
+    from lrtransfer.sweeps.job import thread_count
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert thread_count(0) == 1 and thread_count(3) == 3
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    assert thread_count(0) == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert thread_count(0) == 2
 
 
 def test_a_run_above_the_memory_budget_is_refused_before_training():
