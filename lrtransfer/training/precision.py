@@ -7,7 +7,8 @@ state stay float32 (the masters), and each matrix a layer multiplies by
 step by the optimizer's own pass (`matmul_copies`), not cast at every use. The
 forward runs under torch.autocast, which casts the activations entering a product and
 keeps losses in float32; a bias, a residual sum or a norm adds a bfloat16 product to
-float32 and so stays float32, and attention opts out (`nn.compounds.full_precision`).
+float32 and so stays float32, and the transformer's attention opts out on a CPU
+(`options/model/transformer.py`).
 
 On a CPU only the bf16 settings apply; on CUDA, TF32 is set both ways around each
 forward and backward, because cuDNN allows it for convolutions by default.
@@ -105,7 +106,8 @@ def bf16_note(kind: str, device: torch.device) -> str | None:
     unit = bf16_unit(device)
     if unit is None:
         return (f"train.dtype={kind}: this {device.type.upper()} has no bf16 matrix unit and no bf16 "
-                "instructions: bf16 will not be faster than float32 here, only less exact (docs/performance.md)")
+                "instructions: bf16 will not be faster than float32 here, but slower and less exact "
+                "(docs/performance.md)")
     if not unit.matrix:
         return (f"train.dtype={kind}: this CPU has no bf16 matrix unit, only {unit.name} instructions: bf16 "
                 "is faster than float32 on wide models only, and far less than on a matrix unit "

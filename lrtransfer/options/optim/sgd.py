@@ -80,7 +80,8 @@ class Optimizer:
         """The whole step, where each update is a rate times the momentum direction: the buffers
         as `directions` makes them, then for each run k of `runs` and tensor i, w_i[k] <- (1 -
         decays[i][k]) w_i[k] - rates[i][k] d_i[k], one call per run's group of tensors sharing
-        (rate, decay) (`passes`), then the run's copies written. rates, decays: per tensor K floats."""
+        (rate, decay) (`passes`), then the run's copies written. rates, decays (or None): per
+        tensor, a (K,) host tensor; runs: the live runs; copies: per tensor a copy, or None."""
         pick = passes.pick
         directions = self._directions(grads)
         copies = copies if copies is not None else [None] * len(self.tensors)
