@@ -52,6 +52,9 @@ def semantic(cfg: DictConfig | dict) -> dict:
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
     if isinstance(out.get("lr"), dict):
         out["lr"] = {k: v for k, v in out["lr"].items() if k not in SWEEP_ONLY_LR_KEYS}
+    train = out.get("train")
+    if isinstance(train, dict) and train.get("dtype") == "bf16_autocast":  # bf16's former name, one computation
+        out["train"] = {**train, "dtype": "bf16"}
     grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid
