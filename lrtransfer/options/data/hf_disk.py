@@ -10,8 +10,8 @@ layout: little-endian uint16, or uint32 past 65,536 tokens) in the user's cache 
 (`data.cache`: never the dataset's own folder, which is the user's, nor a results
 folder), named by a hash of what it is made from (the dataset's and the tokenizer's
 contents, the split, the column), so the next run, in any study, reuses it; it is read
-back memory-mapped, as plain integers (nothing is unpickled), and trained on exactly as
-data=tokens trains on its files (`tokens.TokenTask`).
+back as plain integers (nothing is unpickled), and trained on exactly as data=tokens
+trains on its files (`tokens.TokenTask`).
 
 Held out: the `val_split` (default `validation`) of a DatasetDict, or, with
 `val_split: null` (a single Dataset has no splits), the last `eval_size` windows of

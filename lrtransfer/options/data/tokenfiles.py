@@ -11,14 +11,19 @@
   strings, numbers): a pickle that names any class or function, which unpickling
   would import and call, is refused in one line.
 
-Every file is memory-mapped (`np.memmap`): a file of billions of tokens costs the pages
-a batch touches, not its size. Each reader returns a 1-D array of ids or raises
-DataError naming the file and what is wrong with it.
+A file is never loaded, nor kept memory-mapped: each window of ids is read from its
+place in the file (`TokenFile.windows`: a seek and a read into the batch's own array),
+so a file of billions of tokens costs no memory, however long a run reads it. (A map
+kept open keeps every page a run has read in the process's resident memory, which over
+a long run of random windows grows toward the file's size; nanoGPT's train.py remakes
+its `np.memmap` for every batch for that reason.) `open_tokens` returns a `TokenFile`
+or raises DataError naming the file and what is wrong with it.
 """
 
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +36,36 @@ MAX_META_BYTES = 64 << 20  # a meta.pkl is a vocabulary; anything larger is not 
 SAMPLE_BLOCKS, BLOCK = 64, 4096  # ids checked before any job: 64 blocks of 4096 spread over the file, and its end
 
 
-def open_tokens(path: Path, dtype: str, key: str) -> np.ndarray:
-    """The file's ids, (N,), memory-mapped; `key` names it in messages (`data.train_path=...`)."""
+@dataclass(frozen=True)
+class TokenFile:
+    """Ids start..stop of a file of ids of `dtype` that begin `offset` bytes into it (a .npy's header)."""
+
+    path: Path
+    dtype: np.dtype
+    offset: int
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def part(self, start: int, stop: int | None = None) -> TokenFile:
+        """Ids start..stop of this part (stop None: to its end)."""
+        return replace(self, start=self.start + start, stop=self.stop if stop is None else self.start + stop)
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """(len(starts), length) ids: the `length` ids from each of `starts` (positions in this part)."""
+        out = np.empty((len(starts), length), self.dtype)
+        with open(self.path, "rb", buffering=0) as f:
+            for row, start in zip(out, np.asarray(starts).tolist()):
+                f.seek(self.offset + (self.start + start) * self.dtype.itemsize)
+                if f.readinto(row) != row.nbytes:
+                    raise DataError(f"{self.path}: shorter than when it was checked (changed while in use?)")
+        return out
+
+
+def open_tokens(path: Path, dtype: str, key: str) -> TokenFile:
+    """The file's ids; `key` names it in messages (`data.train_path=...`)."""
     if not path.is_file():
         why = "is a folder" if path.is_dir() else f"no such file ({path.resolve()})"
         raise DataError(f"{key}: {why}; give a token file (nanoGPT's train.bin, or a .npy)")
@@ -45,10 +78,10 @@ def open_tokens(path: Path, dtype: str, key: str) -> np.ndarray:
     if size % item.itemsize:
         raise DataError(f"{key}: {size} bytes is not a whole number of {dtype} ids ({item.itemsize} bytes each); "
                         f"is data.dtype right (uint16, uint32)?")
-    return np.memmap(path, dtype=item, mode="r")
+    return TokenFile(path, item, 0, 0, size // item.itemsize)
 
 
-def _open_npy(path: Path, key: str) -> np.ndarray:
+def _open_npy(path: Path, key: str) -> TokenFile:
     fmt = np.lib.format
     readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
     try:
@@ -76,7 +109,7 @@ def _open_npy(path: Path, key: str) -> np.ndarray:
                         f"{size - offset} bytes of data (cut short, or written over?)")
     if n == 0:
         raise DataError(f"{key}: the array is empty")
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(n,))
+    return TokenFile(path, dtype, offset, 0, n)
 
 
 class _Refused(pickle.UnpicklingError):
@@ -117,20 +150,20 @@ def meta_vocab(folder: Path, key: str) -> int | None:
     return vocab
 
 
-def check_ids(ids: np.ndarray, vocab: int, key: str) -> None:
+def check_ids(ids: TokenFile, vocab: int, key: str) -> None:
     """Refuse ids outside [0, vocab) in a sample of the file: blocks spread over it, its end included."""
-    n = len(ids)
-    starts = np.linspace(0, max(0, n - BLOCK), SAMPLE_BLOCKS).astype(np.int64)
-    at = np.minimum(starts[:, None] + np.arange(BLOCK), n - 1)  # (SAMPLE_BLOCKS, BLOCK) positions
-    check_window(ids[at], at, vocab, key)
+    length = min(BLOCK, len(ids))
+    starts = np.linspace(0, len(ids) - length, SAMPLE_BLOCKS).astype(np.int64)
+    check_window(ids.windows(starts, length), starts, vocab, key, ids.start)
 
 
-def check_window(window: np.ndarray, at: np.ndarray, vocab: int, key: str, offset: int = 0) -> None:
-    """Refuse ids outside [0, vocab) in `window`, read from positions `at` (same shape) of a stream
-    that begins at id `offset` of its file."""
-    lo, hi = int(window.min()), int(window.max())
+def check_window(windows: np.ndarray, starts: np.ndarray, vocab: int, key: str, offset: int = 0) -> None:
+    """Refuse ids outside [0, vocab) in `windows` (n, length), read from `starts` (n,) of a part of
+    a file that begins at its id `offset`."""
+    lo, hi = int(windows.min()), int(windows.max())
     if hi >= vocab or lo < 0:
         bad = hi if hi >= vocab else lo
-        where = offset + int(at[window == bad].flat[0])
+        row, col = np.argwhere(windows == bad)[0]
+        where = offset + int(starts[row]) + int(col)
         raise DataError(f"{key}: token id {bad} at position {where} is outside the vocabulary of {vocab} "
                         f"(ids 0..{vocab - 1}); is data.vocab_size (or data.dtype) right?")

@@ -1,10 +1,10 @@
 """data=tokens: next-token prediction on token files as nanoGPT keeps them (`train.bin`, `val.bin`,
 `meta.pkl`), or as `.npy` arrays.
 
-The files are memory-mapped (`tokenfiles.py`), so a file of billions of tokens costs
+The files are read by position (`tokenfiles.py`), so a file of billions of tokens costs
 no memory: a batch is `train.batch_size` windows of `seq_len + 1` consecutive ids,
 each starting anywhere in the training file, uniformly, drawn from the caller's
-generator (runs sharing a seed share every batch), and read from the pages it
+generator (runs sharing a seed share every batch), and reads only the pages it
 touches. The held-out loss is on `eval_size` fixed windows spread evenly over the
 validation file (or, without one, over the last `eval_size` windows of the training
 file, as data=text holds out its end).
@@ -29,7 +29,7 @@ from torch import Tensor
 
 from lrtransfer.options.data import Task
 from lrtransfer.options.data.formats import DataError
-from lrtransfer.options.data.tokenfiles import META, check_ids, check_window, meta_vocab, open_tokens
+from lrtransfer.options.data.tokenfiles import META, TokenFile, check_ids, check_window, meta_vocab, open_tokens
 from lrtransfer.options.schema import TOKENS, ConfigError, content, positive
 
 
@@ -72,11 +72,10 @@ def check_sizes(d) -> None:
 
 
 class Stream(NamedTuple):
-    """Token ids (N,), memory-mapped, with what names them in a message and where they begin in their file."""
+    """Token ids in a file, with what names them in a message."""
 
-    ids: np.ndarray
+    ids: TokenFile
     key: str
-    offset: int = 0
 
 
 def windows_needed(n: int, seq_len: int, key: str) -> None:
@@ -95,7 +94,7 @@ def split(train: Stream, val: Stream | None, seq_len: int, eval_size: int, val_k
             raise DataError(f"{train.key}: {len(train.ids)} tokens, too few for data.seq_len={seq_len} with "
                             f"data.eval_size={eval_size} windows held out from it: it needs at least {held + seq_len + 1} "
                             f"(or give {val_key})")
-        return train._replace(ids=train.ids[:n]), Stream(train.ids[n:], f"{train.key} (held out)", train.offset + n)
+        return train._replace(ids=train.ids.part(0, n)), Stream(train.ids.part(n), f"{train.key} (held out)")
     windows_needed(len(train.ids), seq_len, train.key)
     windows_needed(len(val.ids), seq_len, val.key)
     return train, val
@@ -108,15 +107,13 @@ class TokenTask(Task):
                  device: torch.device) -> None:
         self.input_shape, self.output_dim = (seq_len,), vocab
         self.train, self.device, self.seq_len = train, device, seq_len
-        self._offsets = np.arange(seq_len + 1)
         starts = np.linspace(0, len(val.ids) - seq_len - 1, eval_size).round().astype(np.int64)
         w = self._windows(val, starts)  # (eval_size, T + 1): fixed windows spread evenly over val
         self._eval = (w[:, :-1], w[:, 1:])
 
     def _windows(self, stream: Stream, starts: np.ndarray) -> Tensor:
-        at = starts[:, None] + self._offsets  # (n, T + 1) positions in the stream
-        w = stream.ids[at]  # read from the file's pages
-        check_window(w, at, self.output_dim, stream.key, stream.offset)
+        w = stream.ids.windows(starts, self.seq_len + 1)  # (n, T + 1)
+        check_window(w, starts, self.output_dim, stream.key, stream.ids.start)
         return torch.from_numpy(w.astype(np.int64)).to(self.device, non_blocking=True)
 
     @torch.no_grad()
