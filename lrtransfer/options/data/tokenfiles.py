@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lrtransfer.errors import one_line
 from lrtransfer.options.data.formats import DataError
 
 BIN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}  # data.dtype -> a .bin file's ids
@@ -94,7 +95,7 @@ def _open_npy(path: Path, key: str) -> TokenFile:
     except DataError:
         raise
     except (OSError, ValueError) as e:  # not a .npy, a cut header
-        raise DataError(f"{key}: not a readable .npy file ({' '.join(str(e).split())})") from None
+        raise DataError(f"{key}: not a readable .npy file ({one_line(e)})") from None
     if dtype.hasobject:
         raise DataError(f"{key}: holds Python objects (dtype {dtype}), which only unpickling could read; "
                         "save the token ids as an integer array")
@@ -124,7 +125,7 @@ class _PlainData(pickle.Unpickler):
         raise _Refused(f"it names {module}.{name}, which unpickling would import and call")
 
 
-def meta_vocab(folder: Path, key: str) -> int | None:
+def meta_vocab(folder: Path) -> int | None:
     """nanoGPT's meta.pkl in `folder`: its vocab_size, or None when there is no meta.pkl."""
     path = folder / META
     if not path.is_file():
@@ -140,8 +141,7 @@ def meta_vocab(folder: Path, key: str) -> int | None:
     except _Refused as e:
         raise DataError(f"{path}: refused, {e}; a meta.pkl holds only plain data (nothing is run): {instead}") from None
     except Exception as e:  # truncated, not a pickle, nested too deep
-        raise DataError(f"{path}: not a readable meta.pkl ({type(e).__name__}: {' '.join(str(e).split())}); "
-                        f"{instead}") from None
+        raise DataError(f"{path}: not a readable meta.pkl ({one_line(e)}); {instead}") from None
     vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
     if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
         raise DataError(f"{path}: no positive integer vocab_size in it (found {type(meta).__name__}"

@@ -1,11 +1,11 @@
 """data=tokens: next-token prediction on token files as nanoGPT keeps them (`train.bin`, `val.bin`,
 `meta.pkl`), or as `.npy` arrays.
 
-The files are read by position (`tokenfiles.py`), so a file of billions of tokens costs
-no memory: a batch is `train.batch_size` windows of `seq_len + 1` consecutive ids,
-each starting anywhere in the training file, uniformly, drawn from the caller's
-generator (runs sharing a seed share every batch), and reads only the pages it
-touches. The held-out loss is on `eval_size` fixed windows spread evenly over the
+The files are never loaded: each window a batch needs is read from its place in the
+file (`tokenfiles.py`), so a file of billions of tokens costs no memory. A batch is
+`train.batch_size` windows of `seq_len + 1` consecutive ids, each starting anywhere in
+the training file, uniformly, drawn from the caller's generator (runs sharing a seed
+share every batch). The held-out loss is on `eval_size` fixed windows spread evenly over the
 validation file (or, without one, over the last `eval_size` windows of the training
 file, as data=text holds out its end).
 
@@ -129,7 +129,7 @@ class TokenTask(Task):
 def vocabulary(d: TokensOptions, train_path: Path) -> int:
     if d.vocab_size is not None:
         return d.vocab_size
-    vocab = meta_vocab(train_path.parent, f"data.train_path={d.train_path}")
+    vocab = meta_vocab(train_path.parent)
     if vocab is None:
         raise DataError(f"data.vocab_size is required: no {META} beside data.train_path={d.train_path} says it "
                         "(GPT-2's tokens: 50257, or nanoGPT's padded 50304)")
