@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The subword study of docs/models.md: model=transformer (2 blocks of 4 heads, context 64, batch 16,
+# The subword study of docs/datasets.md: model=transformer (2 blocks of 4 heads, context 64, batch 16,
 # 200 steps of Adam over log2 LR -12..-3) at widths 32, 64, 128 on the embedded text, twice: as byte-level
 # BPE tokens (a vocabulary of 4,096 trained here by `tokenizers`: scripts/subword_tokens.py writes
 # nanoGPT's train.bin, val.bin and meta.pkl) and as characters (data=text, 103), params standard and
