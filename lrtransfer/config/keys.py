@@ -259,3 +259,13 @@ def per_run_keys(cfg: Config) -> list[str]:
     """The keys of this job whose value may differ between its runs (`grid.<key>`)."""
     return [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
 
+
+def run_steps(typed) -> int:
+    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
+    return runs_per_job(typed) * typed.train.steps
+
+
+def runs_per_job(typed) -> int:
+    """K: LRs x values of the second inner axis (1 without one) x seeds."""
+    found = inner_grid(typed)
+    return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import inner_grid
+from lrtransfer.config import run_steps, runs_per_job
 from lrtransfer.store import iter_records, read_record
 
 LOCK_NAME = ".lock"  # the file a running job holds an flock on (lrtransfer.sweeps.job.job_lock)
@@ -124,17 +124,6 @@ def machine_notes(configs) -> list[str]:
         if note and note not in notes:
             notes.append(note)
     return notes
-
-
-def run_steps(typed) -> int:
-    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
-    return runs_per_job(typed) * typed.train.steps
-
-
-def runs_per_job(typed) -> int:
-    """K: LRs x values of the second inner axis (1 without one) x seeds."""
-    found = inner_grid(typed)
-    return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))
 
 
 def status_of(folder: Path) -> str:
