@@ -233,6 +233,14 @@ def test_relative_links_resolve(page):
         assert any(t.startswith("docs/") and t.split("#")[0].endswith(".md") for t in links), "README links no docs page"
 
 
+def test_no_page_holds_a_placeholder():
+    """A number or paragraph left to fill in (an all-caps marker, TODO, TBD) never reaches a reader."""
+    marker = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_(?:PLACEHOLDER|NOTE|TODO)\b|\bTODO\b|\bTBD\b|\bFIXME\b")
+    found = [f"{page.name}: {m.group(0)}" for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+             for m in marker.finditer(page.read_text())]
+    assert not found, found
+
+
 def test_every_figure_is_on_a_page():
     text = "".join(p.read_text() for p in DOCS.glob("*.md"))
     unused = [png.name for png in sorted(DOCS.glob("*.png")) if f"]({png.name}" not in text]
