@@ -170,7 +170,7 @@ CATALOGUE = [
      "model.branch_outputs=*.c_proj: no Linear of model.target={models}:build matches it; its Linears: 0, 2, 4"),
     ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
      "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
-     "parameterizations that work: equalized, mup, spectral, standard"),
+     "parameterizations that work: completep, equalized, mup, spectral, standard"),
     # model=custom's own init (issue 35): the key, and a module whose own init cannot start runs per seed
     ("custom init not a choice", ["model=custom", "model.target={models}:build", "model.init=random"],
      "model.init: Invalid value 'random', expected one of [own, torch]"),

@@ -138,3 +138,22 @@ def test_mup_depth_exponent_reaches_a_published_model(nanogpt):
     """mup's L^-depth_exponent through the same branch outputs, L the number of branches (2 a block)."""
     cfg = typed(*nanogpt, "param=mup", "param.base_width=256", "width=256", "param.depth_exponent=0.5")
     assert branch_mult(model_of(cfg)[1]) == pytest.approx(4**-0.5)
+
+
+def test_a_published_models_branch_is_multiplied_in_its_forward(nanogpt):
+    """What c_proj computes in nanoGPT's own forward is b x (y W^T + c) with the stored W and c,
+    b = nanoGPT-mup's branch multiplier: the whole branch multiplied, seen from inside the module."""
+    case = CASES["128x4 alpha=0.5"]
+    cfg = completep([a for a in nanogpt if not a.startswith("depth=")], case)
+    param, net = model_of(cfg)
+    param.initialize(net, [0])
+    seen = {}
+    proj = net.net.transformer.h[1].mlp.c_proj
+    hook = proj.register_forward_hook(lambda m, i, o: seen.update(y=i[0].detach(), out=o.detach()))
+    with torch.no_grad():
+        net(torch.randint(0, INPUT[1], (2, 16)))
+    hook.remove()
+    atom = next(a for a in net.atoms() if getattr(a, "path", "") == "transformer.h.1.mlp.c_proj")
+    plain = torch.nn.functional.linear(seen["y"], atom.weight.detach()[0], atom.bias.detach()[0])
+    assert case["forward"]["branch"] == pytest.approx(2**-0.5)
+    assert seen["out"] == pytest.approx(case["forward"]["branch"] * plain, rel=1e-5, abs=1e-7)  # float32
