@@ -114,13 +114,15 @@ def test_weight_decay_times_m_keeps_lr_times_wd(scaling, hidden_decay):
 
 
 @pytest.mark.parametrize("depth", [2, 4])
-def test_gpt2_and_llama_batched_equal_one_at_a_time(family, depth):  # noqa: F811
-    """A completep sweep on a published family (tiny configs, base depth 2: branch multiplier 1 and
-    1/2): the branch outputs found by name, K runs at once equal to one at a time in float64."""
+@pytest.mark.parametrize("width", [16, 32])
+def test_gpt2_and_llama_batched_equal_one_at_a_time(family, depth, width):  # noqa: F811
+    """A completep sweep on a published family (tiny configs, base width 8, base depth 2: branch
+    multiplier 1 and 1/2): the branch outputs found by name, K runs at once equal to one at a time
+    in float64."""
     name, over = family
     if name == "nanogpt":
         pytest.skip("nanoGPT: test_completep_gives_nanogpt_mups_numbers")
-    cfg = [*over, *[a for a in SMALL if a != "depth=1"], f"depth={depth}", "width=16", "param=completep",
+    cfg = [*over, *[a for a in SMALL if a != "depth=1"], f"depth={depth}", f"width={width}", "param=completep",
            "param.base_width=8"]
     param, net = build_small(cfg)
     outs = [a.path for a in net.atoms() if a.branch_output]
