@@ -159,3 +159,25 @@ def test_a_published_models_branch_is_multiplied_in_its_forward(nanogpt):
     plain = torch.nn.functional.linear(seen["y"], atom.weight.detach()[0], atom.bias.detach()[0])
     assert case["forward"]["branch"] == pytest.approx(2**-0.5)
     assert seen["out"] == pytest.approx(case["forward"]["branch"] * plain, rel=1e-5, abs=1e-7)  # float32
+
+
+def test_inspect_shows_the_branch_multiplier_and_the_attention_scale(family, cli):  # noqa: F811
+    """`inspect --json`: at its top the branches' multiplier and the factor on q.k a forward computes
+    with; in its notes, the published model's branch outputs."""
+    name, over = family
+    code, out, err = cli("inspect", *over, *[a for a in SMALL if a != "depth=1"], "depth=4", "width=32",
+                         "param=completep", "param.base_width=16", "param.alpha=0.5", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["branch_mult"] == pytest.approx(2**-0.5)
+    assert doc["attention_scale"] == pytest.approx(8**0.5 / 16)  # muP's sqrt(d_base) / d, 2 heads of 16
+    outs = {"nanogpt": "transformer.h.0.attn.c_proj, transformer.h.0.mlp.c_proj", "gpt2": "transformer.h.0.attn.c_proj",
+            "llama": "model.layers.0.self_attn.o_proj, model.layers.0.mlp.down_proj"}[name]
+    assert any(n.startswith("note: residual branches end in ") and outs in n and "(8 in all)" in n for n in doc["notes"])
+
+
+def test_inspect_of_the_built_in_transformer(cli):
+    code, out, err = cli("inspect", *BUILT_IN, "depth=8", "param=completep", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["branch_mult"], doc["attention_scale"]) == (0.25, pytest.approx(4**0.5 / 8))  # 4 heads: d 8, d_base 4
