@@ -113,12 +113,11 @@ def test_weight_decay_times_m_keeps_lr_times_wd(scaling, hidden_decay):
     assert hidden and hidden == pytest.approx([hidden_decay] * len(hidden), rel=1e-12)
 
 
-@pytest.mark.parametrize("depth", [2, 4])
-@pytest.mark.parametrize("width", [16, 32])
+@pytest.mark.parametrize("width, depth", [(16, 2), (32, 4)])  # each width and depth once: the suite's budget
 def test_gpt2_and_llama_batched_equal_one_at_a_time(family, depth, width):  # noqa: F811
-    """A completep sweep on a published family (tiny configs, base width 8, base depth 2: branch
-    multiplier 1 and 1/2): the branch outputs found by name, K runs at once equal to one at a time
-    in float64."""
+    """A completep sweep on a published family (tiny configs, base width 8, base depth 2: m 2 and 4,
+    branch multiplier 1 and 1/2): the branch outputs found by name, K runs at once equal to one at
+    a time in float64."""
     name, over = family
     if name == "nanogpt":
         pytest.skip("nanoGPT: test_completep_gives_nanogpt_mups_numbers")
