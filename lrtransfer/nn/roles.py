@@ -38,10 +38,10 @@ from torch import nn
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn.atoms import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 
-# A layer's last name -> the share of its outputs that is the attention query (from its first output)
 # The last layer of each residual branch, by the names the known families give it: nanoGPT's and
 # GPT-2's attention and MLP output projections (`c_proj`), Llama's (`o_proj`, `down_proj`)
 BRANCH_OUTPUTS = ("c_proj", "o_proj", "down_proj")
+# A layer's last name -> the share of its outputs that is the attention query (from its first output)
 QUERY_NAMES = {"q_proj": 1, "query": 1, "wq": 1, "to_q": 1, "c_attn": 3}  # 3: the first third (fused q, k, v)
 NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
 
