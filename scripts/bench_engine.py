@@ -1,41 +1,45 @@
-"""How fast does a job's LR grid train? Prints run-steps/s and GFLOP/s per width.
+"""How fast does a job's LR grid train? Prints the comparisons docs/performance.md reports.
 
-Compares, on the same job (one width, the default LR grid, Adam, the teacher data):
-  (a) one process per run, as a per-LR Hydra job or a bash loop would do
-      (measured on two runs, extrapolated per run);
-  (b) one run at a time in this process (engine.batched=false, the reference path);
-  (c) the batched engine (the whole grid as one ensemble);
-and the machine's torch.mm rate over the matrix products of one training step (the
-forward, input-gradient and weight-gradient products of every layer, each timed on
-its own): the rate the step would reach if it were nothing but its matmuls.
-GFLOP/s counts 6 x parameters x batch per run-step (forward + backward).
+Every comparison is measured in this one process, its modes interleaved (a few steps of
+each in turn, several rounds) and summarised by medians, so that a machine shared with
+other work slows every mode alike: the ratios hold where absolute figures do not.
+Steady-state steps are timed (after warm-up), not a job's set-up or evaluation.
 
-    python scripts/bench_engine.py                      # widths 64..2048, depth 3
-    python scripts/bench_engine.py --widths 64,256 --steps 50 --skip-processes
+  0. The machine: what computes bf16 matrix products (AMX, AVX-512 BF16, tensor cores, or
+     "no bf16 matrix unit") and the bf16/fp32 torch.mm ratio at 1024^3 (one thread on a CPU).
+  1. bf16 against float32 (`train.dtype=bf16`): the MLP (depth 3, batch 64) with K = 11
+     runs at --bf16-widths, and the built-in transformer (2 blocks, context 64, batch 16) at
+     --transformer-width; run-steps/s and their ratio.
+  2. float32 (or --dtype): the batched engine (the ensembles `memory.chunk_size` chooses for
+     the default grid of 11 LRs) against one run at a time, at --widths; and the batched
+     step's rate, GFLOP/s = 6 x params x batch x run-steps/s, as a share of torch.mm's rate
+     on the same products (forward, input- and weight-gradient of every layer, each timed on
+     its own) in the same numerics, measured in the same rounds.
+
+    python scripts/bench_engine.py                      # all of it, one thread (~10 min)
+    python scripts/bench_engine.py --only 2 --widths 64,256 --processes
     python scripts/bench_engine.py --profile 512      # where a steady-state step's time goes
     python scripts/bench_engine.py --compile 64       # the step with the model under torch.compile
-    python scripts/bench_engine.py --custom --widths 64 --skip-processes  # the same MLP as model=custom
-    python scripts/bench_engine.py --device cuda --dtype bf16_autocast --widths 64,512,4096,8192
+    python scripts/bench_engine.py --custom --only 2 --widths 64  # the same MLP as model=custom
+    python scripts/bench_engine.py --device cuda --widths 64,512,4096,8192
 
-`--custom` trains the same MLP given as a user's module (`model=custom`,
-examples/mynets.py:build): one run at a time is a plain functional_call per step, the
-batched path functional_call under torch.func.vmap over the runs.
-
-`--device cuda` runs every mode on the GPU (timings end with the results copied back, so the
-GPU has finished); `--dtype` is train.dtype, and the matmul rate is measured in its numerics:
-bfloat16 operands for bf16_autocast, TF32 allowed for tf32, float32 otherwise.
-
-Timings on a shared or throttled machine vary by +-20%: run it on a quiet machine.
+`--processes` adds, to 2, one process per run (each run its own `lrtransfer sweep`, as a
+per-LR Hydra job or a bash loop: two runs measured, whole processes). `--custom` trains
+the same MLP given as a user's module (`model=custom`, examples/mynets.py:build).
+`--device cuda` runs every mode on the GPU (each timing ends with a synchronisation).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,10 +47,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
-from lrtransfer.training import build, engine, memory  # noqa: E402
 from lrtransfer.sweeps.job import runs_of  # noqa: E402
+from lrtransfer.training import build, cache, engine, memory  # noqa: E402
+from lrtransfer.training.precision import bf16_unit  # noqa: E402
 
 CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
+MLP = ["depth=3", "train.batch_size=64"]
+TRANSFORMER = ["model=transformer", "data=text", "depth=2", "model.heads=4", "data.seq_len=64", "train.batch_size=16"]
 
 
 def params_of(cfg, input_dim: int, classes: int) -> int:
@@ -65,32 +72,42 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def mm_gflops(shapes: list[tuple[int, int, int]], device: torch.device, dtype: str, seconds: float = 0.3) -> float:
-    """The device's torch.mm rate over a training step's matrix products, in the numerics of
-    train.dtype `dtype`: total flops over total time for the (m, k, n) shapes given, each timed
-    on its own."""
-    element = torch.bfloat16 if dtype == "bf16_autocast" else torch.float64 if dtype == "float64" else torch.float32
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    flops = total = 0.0
-    try:
-        for m, k, n in shapes:
-            a = torch.randn(m, k, device=device, dtype=element)
-            b = torch.randn(k, n, device=device, dtype=element)
-            for _ in range(3):
-                a @ b
+def interleaved(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, float]:
+    """Median seconds of each mode's call, the modes called in turn, `rounds` times (after one warm-up
+    call each): a load that comes and goes falls on every mode alike."""
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    for fn in modes.values():
+        fn()
+    sync(device)
+    for _ in range(rounds):
+        for name, fn in modes.items():
+            t0 = time.perf_counter()
+            fn()
             sync(device)
-            reps, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                for _ in range(10):
-                    a @ b
-                sync(device)
-                reps += 10
-            total += (time.perf_counter() - t0) / reps
-            flops += 2 * m * k * n
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    return flops / total / 1e9
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def element(dtype: str) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "bf16_autocast": torch.bfloat16, "float64": torch.float64}.get(dtype, torch.float32)
+
+
+def mm_calls(shapes: list[tuple[int, int, int]], device: torch.device, dtype: str):
+    """(flops, a call doing torch.mm once on each (m, k, n) of `shapes`) in the numerics of train.dtype
+    `dtype` (TF32 allowed for tf32 only)."""
+    pairs = [(torch.randn(m, k, device=device, dtype=element(dtype)), torch.randn(k, n, device=device, dtype=element(dtype)))
+             for m, k, n in shapes]
+
+    def call() -> None:
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        try:
+            for a, b in pairs:
+                a @ b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+
+    return sum(2 * m * k * n for m, k, n in shapes), call
 
 
 def step_shapes(cfg, input_dim: int, classes: int, batch: int) -> list[tuple[int, int, int]]:
@@ -115,29 +132,120 @@ def one_process_per_run(overrides: list[str], log2_lrs: list[float], results: Pa
     return total / 2
 
 
-def steady_ensemble(width: int, depth: int, batch: int, device: str = "cpu"):
-    """The first ensemble the engine would train for the default grid at `width`, warmed up."""
-    cfg = typed(f"width={width}", f"depth={depth}", f"train.batch_size={batch}", "train.steps=1000",
-                f"engine.device={device}", "engine.progress=false")
+def ensemble(over: list[str], K: int | None = None) -> tuple[object, engine.Ensemble]:
+    """(config, the ensemble of the first K runs of the default grid; K None: as the engine chunks it)."""
+    cfg = typed(*over, "train.steps=100000", "engine.progress=false")
     built = build.job(cfg)
     runs = runs_of(cfg)
-    K = memory.chunk_size(built, len(runs))
-    return cfg, engine.Ensemble(built, runs[:K]), K
+    K = memory.chunk_size(built, len(runs)) if K is None else K
+    return cfg, engine.Ensemble(built, runs[:K])
 
 
-def ms_per_step(ens, n: int = 30) -> float:
-    for _ in range(5):
-        ens.step()
+def stepper(ens: engine.Ensemble, seconds: float = 0.25) -> Callable[[], None]:
+    """A call of about `seconds` of steps of `ens` (the count fixed by one timed step); `.steps` says how many."""
+    ens.step()
     sync(ens.device)
-    return timed(lambda: ([ens.step() for _ in range(n)], sync(ens.device))) / n * 1e3
+    n = max(1, round(seconds / max(timed(lambda: (ens.step(), sync(ens.device))), 1e-6)))
+
+    def call() -> None:
+        for _ in range(n):
+            ens.step()
+
+    call.steps = n  # type: ignore[attr-defined]
+    return call
 
 
-def profile(width: int, depth: int, batch: int, device: str) -> None:
+def run_steps_per_s(modes: dict[str, Callable[[], None]], K: dict[str, int], device, rounds: int) -> dict[str, float]:
+    seconds = interleaved(modes, device, rounds)
+    return {name: K[name] * modes[name].steps / seconds[name] for name in modes}  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- the sections
+def machine(device: torch.device, rounds: int) -> float | None:
+    """Section 0: what computes bf16 products here, and the bf16/fp32 torch.mm ratio at 1024^3."""
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+    else:
+        where = f"{cpu_model()}, {torch.get_num_threads()} thread(s), cache budget {cache.budget() / 2**20:.0f} MiB"
+    print(f"torch {torch.__version__}, {device}: {where}; load average {os.getloadavg()[0]:.1f} at the start")
+    unit = bf16_unit(device)
+    calls = {d: mm_calls([(1024, 1024, 1024)] * 4, device, d)[1] for d in ("float32", "bf16")}
+    s = interleaved(calls, device, rounds)
+    ratio = s["float32"] / s["bf16"]
+    flops = 2 * 1024**3 * 4
+    said = "no bf16 matrix unit" if unit is None else unit.name + (
+        " (a bf16 matrix unit)" if unit.matrix else " instructions (no bf16 matrix unit)")
+    print(f"0. bf16 products: {said}; torch.mm 1024^3: float32 "
+          f"{flops / s['float32'] / 1e9:.0f} GFLOP/s, bf16 {flops / s['bf16'] / 1e9:.0f} GFLOP/s, "
+          f"bf16/fp32 {ratio:.2f}x" + ("" if unit else " (no bf16 matrix unit: no speed-up to expect)"))
+    return ratio
+
+
+def bf16_against_float32(widths: list[int], transformer_width: int, device: str, rounds: int) -> None:
+    """Section 1: bf16 against float32, MLP with K = 11 at each width, then the transformer."""
+    print("1. bf16 against float32, run-steps/s (ensembles of 11 runs)")
+    print(f"   {'model':<12} {'width':>6} {'float32':>9} {'bf16':>9} {'bf16/fp32':>9}")
+    cases = [("mlp", w, MLP) for w in widths] + [("transformer", transformer_width, TRANSFORMER)]
+    for name, width, over in cases:
+        modes, K = {}, {}
+        for dtype in ("float32", "bf16"):
+            _, ens = ensemble([f"width={width}", *over, f"train.dtype={dtype}", f"engine.device={device}"], K=11)
+            modes[dtype], K[dtype] = stepper(ens), ens.K
+        rate = run_steps_per_s(modes, K, torch.device(device), rounds)
+        print(f"   {name:<12} {width:>6} {rate['float32']:>9.1f} {rate['bf16']:>9.1f} "
+              f"{rate['bf16'] / rate['float32']:>8.2f}x")
+        sys.stdout.flush()
+
+
+def batched_against_one_at_a_time(args, device: torch.device) -> None:
+    """Section 2: the engine's chosen ensembles against one run at a time, and the share of torch.mm's rate."""
+    print(f"2. {args.dtype}: the batched engine (its chosen ensembles of K runs) against one run at a time, "
+          "run-steps/s; GFLOP/s = 6 x params x batch x run-steps/s")
+    print(f"   {'width':>6} {'K':>3} " + (f"{'proc/run':>9} " if args.processes else "")
+          + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5}")
+    for width in args.widths:
+        over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"train.dtype={args.dtype}",
+                f"engine.device={args.device}", *(CUSTOM if args.custom else [])]
+        cfg, batched = ensemble(over)
+        _, alone = ensemble(over, K=1)
+        flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * args.batch  # per run-step
+        mm_flop, mm = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch), device, args.dtype)
+        reps = max(1, round(0.1 / max(timed(mm), 1e-6)))
+        modes = {"batched": stepper(batched), "one": stepper(alone), "mm": lambda: [mm() for _ in range(reps)]}
+        seconds = interleaved(modes, device, args.rounds)
+        rate = {m: (batched.K if m == "batched" else 1) * modes[m].steps / seconds[m] for m in ("batched", "one")}
+        mm_rate = mm_flop * reps / seconds["mm"] / 1e9
+        procs = ""
+        if args.processes:
+            per_run = one_process_per_run([*over, f"train.steps={args.steps}"], [r.log2_lr for r in runs_of(cfg)],
+                                          Path(args.results))
+            procs = f"{args.steps / per_run:>9.1f} "
+        g = rate["batched"] * flop / 1e9
+        print(f"   {width:>6} {batched.K:>3} {procs}{rate['one']:>9.1f} {rate['batched']:>9.1f} "
+              f"{rate['batched'] / rate['one']:>6.2f} {g:>8.1f} {mm_rate:>10.1f} {g / mm_rate:>5.0%}")
+        sys.stdout.flush()
+
+
+def cpu_model() -> str:
+    """lscpu's model name (what docs/performance.md names the machine by)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or "a CPU"
+    field = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    name = field.get("Model name", platform.processor() or "a CPU").strip()
+    return f"{name} (family {field.get('CPU family', '?').strip()}, model {field.get('Model', '?').strip()})"
+
+
+# ---------------------------------------------------------------- other views
+def profile(width: int, depth: int, batch: int, device: str, dtype: str) -> None:
     """Time a steady-state step and print torch's profile of it (top operations by own time)."""
-    cfg, ens, K = steady_ensemble(width, depth, batch, device)
-    t = ms_per_step(ens)
-    flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * batch * K
-    print(f"width {width}, ensembles of {K} runs: {t:.2f} ms per step, {flop / t / 1e6:.1f} GFLOP/s")
+    cfg, ens = ensemble([f"width={width}", f"depth={depth}", f"train.batch_size={batch}", f"engine.device={device}",
+                         f"train.dtype={dtype}"])
+    call = stepper(ens)
+    t = interleaved({"step": call}, ens.device, 5)["step"] / call.steps * 1e3
+    flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * batch * ens.K
+    print(f"width {width}, ensembles of {ens.K} runs: {t:.2f} ms per step, {flop / t / 1e6:.1f} GFLOP/s")
     with torch.profiler.profile() as prof:
         for _ in range(10):
             ens.step()
@@ -146,71 +254,57 @@ def profile(width: int, depth: int, batch: int, device: str) -> None:
 
 def compiled(width: int, depth: int, batch: int, device: str) -> None:
     """A steady-state step eager, then with the model under torch.compile (and its compile time)."""
-    _, ens, K = steady_ensemble(width, depth, batch, device)
-    print(f"width {width}, ensembles of {K} runs: eager {ms_per_step(ens, 200):.2f} ms per step")
-    _, ens, _ = steady_ensemble(width, depth, batch, device)
-    ens.model = torch.compile(ens.model)
-    print(f"compilation (first step): {timed(ens.step):.1f} s")
-    print(f"compiled model: {ms_per_step(ens, 200):.2f} ms per step")
+    over = [f"width={width}", f"depth={depth}", f"train.batch_size={batch}", f"engine.device={device}"]
+    _, eager = ensemble(over)
+    _, comp = ensemble(over)
+    comp.model = torch.compile(comp.model)
+    print(f"compilation (first step): {timed(comp.step):.1f} s")
+    modes = {"eager": stepper(eager), "compiled": stepper(comp)}
+    s = interleaved(modes, eager.device, 5)
+    print(f"width {width}, ensembles of {eager.K} runs: "
+          + ", ".join(f"{m} {s[m] / modes[m].steps * 1e3:.2f} ms per step" for m in modes))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--widths", default="64,128,256,512,1024,2048")
+    ap.add_argument("--only", type=int, choices=[0, 1, 2], help="one section (0: the machine alone)")
+    ap.add_argument("--widths", default="64,128,256,512,1024,2048", help="section 2's widths")
+    ap.add_argument("--bf16-widths", default="256,512,1024", help="section 1's MLP widths")
+    ap.add_argument("--transformer-width", type=int, default=256)
     ap.add_argument("--depth", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--skip-processes", action="store_true", help="skip (a), the slowest to measure")
-    ap.add_argument("--results", default="/tmp/lrtransfer-bench")
-    ap.add_argument("--custom", action="store_true", help="the MLP as a user's nn.Module (model=custom)")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of interleaved timing per comparison")
+    ap.add_argument("--processes", action="store_true", help="section 2: also one process per run (slow)")
+    ap.add_argument("--steps", type=int, default=100, help="steps of each run of --processes")
+    ap.add_argument("--results", default="/tmp/lrtransfer-bench", help="where --processes writes")
+    ap.add_argument("--custom", action="store_true", help="section 2 on the MLP as a user's nn.Module (model=custom)")
     ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
     ap.add_argument("--compile", type=int, metavar="WIDTH", help="time a step eager and under torch.compile instead")
     ap.add_argument("--device", default="cpu", help="engine.device: cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bf16_autocast", "tf32"], help="train.dtype")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bf16", "tf32"], help="section 2's train.dtype")
+    ap.add_argument("--skip-processes", action="store_true", help=argparse.SUPPRESS)  # the default now
     args = ap.parse_args()
+    args.widths = [int(w) for w in args.widths.split(",")]
     try:
         device = build.select_device(args.device)
     except build.DeviceError as e:
         ap.error(str(e))
+    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # what a job gets by default (engine.threads=0)
     if args.profile:
-        profile(args.profile, args.depth, args.batch, args.device)
+        profile(args.profile, args.depth, args.batch, args.device, args.dtype)
         return
     if args.compile:
         compiled(args.compile, args.depth, args.batch, args.device)
         return
-
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
-    print(f"torch {torch.__version__}, {where}, {args.dtype}, steps {args.steps}, batch {args.batch}, "
-          f"depth {args.depth}, model {'custom (examples/mynets.py:build)' if args.custom else 'mlp'}")
-    header = (f"{'width':>6} {'K':>3} {'(a) proc/run':>12} {'(b) seq':>9} {'(c) batched':>11} "
-              f"{'c/a':>6} {'c/b':>6} {'GFLOP/s b':>9} {'GFLOP/s c':>9} {'mm GFLOP/s':>10} {'c/mm':>6}")
-    print("run-steps/s per mode; GFLOP/s = 6 x params x batch x run-steps/s")
-    print(header)
-    for width in [int(w) for w in args.widths.split(",")]:
-        over = [f"width={width}", f"depth={args.depth}", f"train.steps={args.steps}", f"train.batch_size={args.batch}",
-                f"engine.device={args.device}", f"train.dtype={args.dtype}", "engine.progress=false",
-                *(CUSTOM if args.custom else [])]
-        cfg = typed(*over)
-        runs = runs_of(cfg)
-        K, steps = len(runs), args.steps
-        n_params = params_of(cfg, cfg.data.input_dim, cfg.data.classes)
-        flop_per_run_step = 6 * n_params * args.batch
-
-        engine.train(build.job(typed(*over, "train.steps=3")), runs[:2])  # warm-up: allocator, kernels
-        t_c = timed(lambda: engine.train(build.job(cfg), runs))
-        t_b = timed(lambda: engine.train(build.job(typed(*over, "engine.batched=false")), runs))
-        rate_c, rate_b = K * steps / t_c, K * steps / t_b
-        if args.skip_processes:
-            rate_a = float("nan")
-        else:
-            per_run = one_process_per_run(over, [r.log2_lr for r in runs], Path(args.results))
-            rate_a = steps / per_run
-        mm = mm_gflops(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch), device, args.dtype)
-        g_b, g_c = rate_b * flop_per_run_step / 1e9, rate_c * flop_per_run_step / 1e9
-        print(f"{width:>6} {K:>3} {rate_a:>12.0f} {rate_b:>9.0f} {rate_c:>11.0f} "
-              f"{rate_c / rate_a:>6.1f} {rate_c / rate_b:>6.2f} {g_b:>9.1f} {g_c:>9.1f} {mm:>10.1f} {g_c / mm:>6.0%}")
-        sys.stdout.flush()
-    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    machine(device, args.rounds)
+    if args.only in (None, 1):
+        bf16_against_float32([int(w) for w in args.bf16_widths.split(",")], args.transformer_width, args.device,
+                             args.rounds)
+    if args.only in (None, 2):
+        batched_against_one_at_a_time(args, device)
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -45,17 +45,16 @@ case $part in
     ;;
   bench)
     install
-    for dtype in float32 bf16_autocast; do
-      "$PY" scripts/bench_engine.py --device cuda --dtype "$dtype" --widths 64,256,1024,4096,8192 \
-        --steps 100 --results "$OUT/bench-results" 2>&1 | tee "$OUT/bench-$dtype.log"
-    done
+    # the bf16/fp32 matmul ratio, bf16 against float32, then batched against one run at a time
+    "$PY" scripts/bench_engine.py --device cuda --widths 64,256,1024,4096,8192 --bf16-widths 1024,4096 \
+      --transformer-width 1024 2>&1 | tee "$OUT/bench.log"
     ;;
   study)
     install
-    # bf16 autocast and ensembles sized to 60 GiB of the GPU's memory; later overrides win
+    # bf16 and ensembles sized to 60 GiB of the GPU's memory; later overrides win
     "$PY" -m lrtransfer.cli.app sweep model=transformer data=text width=128,256,512,1024,2048 depth=2 \
       model.heads=4 data.seq_len=64 train.batch_size=32 train.steps=500 n_seeds=3 \
-      param=standard,mup,modular engine.device=cuda train.dtype=bf16_autocast engine.max_memory_gb=60 \
+      param=standard,mup,modular engine.device=cuda train.dtype=bf16 engine.max_memory_gb=60 \
       name=transformer-gpu results_dir="$OUT" "${@:3}" 2>&1 | tail -n 60 | tee "$OUT/study.log"
     ;;
   *)

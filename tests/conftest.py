@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 
 # As the CLI does (see lrtransfer.cli.app.main): idle OpenMP threads sleep instead of
 # spinning, so a busy machine does not slow every small op by 10-100x.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One torch thread per test process, as a job gets by default (engine.threads=0): pytest-xdist
+# runs a process per core, and two threads each on a shared machine wait on each other.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The cache probe's figure (training/cache.py) is kept for this session, in a folder of its own,
+# not in the user's cache folder; sweeps the tests start as processes read it there too.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="lrtransfer-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 import pytest  # noqa: E402
 

@@ -111,3 +111,29 @@ def write_mnist(
         else:
             (raw / name).write_bytes(data)
     return arrays
+
+
+def token_stream(n: int, vocab: int, seed: int) -> np.ndarray:
+    """Token ids a model can learn: mostly the successor rule next = (3 * id + 1) % vocab, one id in ten random."""
+    rng = np.random.default_rng(seed)
+    jump, random = rng.random(n) < 0.1, rng.integers(0, vocab, size=n)
+    ids = np.empty(n, dtype=np.int64)
+    ids[0] = random[0]
+    for i in range(1, n):
+        ids[i] = random[i] if jump[i] else (3 * ids[i - 1] + 1) % vocab
+    return ids
+
+
+def write_nanogpt(folder: Path, *, vocab: int = 40, n_train: int = 20_000, n_val: int = 4_000, meta: bool = True,
+                  dtype: str = "<u2") -> dict:
+    """nanoGPT's layout, as its prepare.py writes it: train.bin and val.bin (raw ids) and, for its
+    character sets, meta.pkl (a plain dict: vocab_size, itos, stoi). Returns the ids written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    train, val = token_stream(n_train, vocab, seed=0), token_stream(n_val, vocab, seed=1)
+    train.astype(dtype).tofile(folder / "train.bin")
+    val.astype(dtype).tofile(folder / "val.bin")
+    if meta:
+        itos = {i: chr(33 + i) for i in range(vocab)}
+        with open(folder / "meta.pkl", "wb") as f:
+            pickle.dump({"vocab_size": vocab, "itos": itos, "stoi": {c: i for i, c in itos.items()}}, f)
+    return {"train": train, "val": val}

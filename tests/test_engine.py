@@ -182,14 +182,63 @@ def test_the_memory_budget_and_the_cache_set_the_chunk(monkeypatch):
     fp = memory.footprint(build.job(cfg, cpu))
     hidden = 512 * 512
     assert hidden < fp.weights < 1.2 * hidden and fp.element == 4
-    monkeypatch.setattr(memory, "last_level_cache", lambda: 10**12)  # memory alone decides
+    monkeypatch.setattr(memory, "cache_budget", lambda: 10**12)  # memory alone decides
     budget = 3.5 * fp.bytes_per_run / 2**30
     assert memory.chunk_size(build.job(typed("width=512", f"engine.max_memory_gb={budget}"), cpu), 11) == 3  # 3, 3, 3, 2
-    monkeypatch.setattr(memory, "last_level_cache", lambda: 4 * fp.working_set_per_run)
+    monkeypatch.setattr(memory, "cache_budget", lambda: 4 * fp.working_set_per_run)
     assert memory.chunk_size(build.job(cfg, cpu), 11) == 4  # 4, 4, 3: equal chunks within the cache
     assert memory.chunk_size(build.job(typed("width=512", "engine.chunk=2"), cpu), 11) == 2
     assert memory.chunk_size(build.job(typed("width=512", "engine.batched=false"), cpu), 11) == 1
-    assert memory.last_level_cache() >= 2**20
+
+
+def fake_sysfs(root, size: str, shared: str, cpus=(0, 1)):
+    for cpu in cpus:
+        for index, (level, kind, sz, sh) in enumerate([(1, "Data", "32K", str(cpu)), (2, "Unified", "1024K", str(cpu)),
+                                                        (3, "Unified", size, shared)]):
+            folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+            folder.mkdir(parents=True)
+            for name, text in (("level", str(level)), ("type", kind), ("size", sz), ("shared_cpu_list", sh)):
+                (folder / name).write_text(text + "\n")
+    return root
+
+
+def test_the_cache_budget_is_this_jobs_share_and_no_more_than_measured(monkeypatch, tmp_path):
+    """A job on 2 of 8 CPUs sharing a 32 MiB cache gets a quarter of it; a VM shown its host's
+    480 MiB gets what the probe measured, and the probe runs once per machine (its figure kept in
+    the user's cache folder)."""
+    from lrtransfer.training import cache
+
+    monkeypatch.setattr(cache, "_usable_cpus", lambda: {0, 1})
+    monkeypatch.setattr(cache, "SYSFS", fake_sysfs(tmp_path / "a", "32768K", "0-7"))
+    assert cache.share() == 8 * 2**20
+    monkeypatch.setattr(cache, "SYSFS", fake_sysfs(tmp_path / "b", "480M", "0-1"))
+    assert cache.share() == 480 * 2**20  # all the guest can tell
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    probes = []
+    monkeypatch.setattr(cache, "probe", lambda: probes.append(1) or 16 * 2**20)
+    assert cache.budget() == 16 * 2**20 and cache.budget() == 16 * 2**20
+    assert len(probes) == 1 and list((tmp_path / "home-cache" / "lrtransfer").glob("cache-probe-*.json"))
+    # so a width-1024 job trains one run at a time there, not all 11 at once (0.59-0.88x as fast)
+    assert memory.chunk_size(build.job(typed("width=1024"), torch.device("cpu")), 11) == 1
+
+
+def test_the_probe_finds_a_cache_between_its_bounds():
+    from lrtransfer.training import cache
+
+    found = cache.probe(smallest=2**20, largest=2**26)
+    assert 2**20 <= found <= 2**25 and found & (found - 1) == 0
+
+
+def test_a_job_gets_one_thread_unless_told_otherwise(monkeypatch):
+    from lrtransfer.sweeps.job import thread_count
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert thread_count(0) == 1 and thread_count(3) == 3
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    assert thread_count(0) == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert thread_count(0) == 2
 
 
 def test_a_run_above_the_memory_budget_is_refused_before_training():
@@ -213,3 +262,74 @@ def test_opt_in_precisions():
     assert bf16.history_loss != f32.history_loss  # bfloat16 really ran
     assert bf16.final_loss == pytest.approx(f32.final_loss, rel=0.05)
     assert bf16.eval_loss == pytest.approx(f32.eval_loss, rel=0.05)
+
+
+# ---------------------------------------------------------------- one optimizer pass per run
+# Width 192: the hidden matrix's slice of a run (192 x 192) is past passes.PER_RUN_MIN, so it takes
+# the fused pass per run; the other tensors take the whole-ensemble path.
+ONE_PASS = {
+    "adam": ["optim.weight_decay=0.01"],
+    "adam-lr-decay": ["optim.weight_decay=0.01", "optim.decay_scaling=lr"],
+    "mup": ["param=mup", "param.base_width=48", "optim.weight_decay=0.01", "optim.decay_scaling=lr"],
+    "equalized": ["param=equalized"],
+    "sgd": ["optim=sgd", "optim.weight_decay=0.01"],
+    "sgd-nesterov": ["optim=sgd", "optim.nesterov=true"],
+    "sgd-plain": ["optim=sgd", "optim.momentum=0"],
+}
+
+
+def direction_path(monkeypatch) -> None:
+    """Make every rule look as if it owned its updates: the engine then takes the direction path."""
+    from lrtransfer.options.param.base import Parameterization
+
+    monkeypatch.setattr(Parameterization, "scales_directions", property(lambda self: False))
+
+
+def trained_both_ways(monkeypatch, over, runs):
+    one_pass = engine.train(build.job(typed(*over)), runs)
+    with monkeypatch.context() as m:
+        direction_path(m)
+        return one_pass, engine.train(build.job(typed(*over)), runs)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", ONE_PASS)
+def test_one_pass_per_run_equals_the_direction_path_bit_for_bit(monkeypatch, case, dtype):
+    """Where each run's rate is a power of two (integer log2 LRs, a constant schedule,
+    power-of-two multipliers: muP at width 4x its base), folding it into the fused kernel
+    rounds exactly as scaling the direction does, decay and per-run weight decay included."""
+    over = ["width=192", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
+            "train.steps=20", f"train.dtype={dtype}", *ONE_PASS[case]]
+    sgd = "optim=sgd" in over
+    lrs = (-7, -5, -3) if sgd else (-11, -9, -7)
+    runs = [Run(log2_lr=e, seed=0, grid=(("optim.weight_decay", wd),)) for e in lrs for wd in (0.0, 0.01)]
+    cfg = typed(*over)
+    ens = engine.Ensemble(build.job(cfg), runs[:1])
+    assert ens.fused and any(ens.opt._split)
+    one_pass, directions = trained_both_ways(monkeypatch, over, runs)
+    assert [vars(r) for r in one_pass] == [vars(r) for r in directions]
+    assert not any(r.diverged for r in one_pass)
+
+
+def test_one_pass_per_run_rounds_like_the_direction_path_elsewhere(monkeypatch):
+    """A cosine schedule, fractional log2 LRs, muP at 3x its base width: the two paths round the
+    rate's product differently (in the last bit), and stay within float64 rounding of each other."""
+    over = ["width=192", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu", "train.steps=30",
+            "train.dtype=float64", "train.schedule=cosine", "param=mup", "param.base_width=64", "optim.weight_decay=0.1"]
+    runs = [Run(log2_lr=e, seed=0) for e in (-8.3, -6.6)]
+    one_pass, directions = trained_both_ways(monkeypatch, over, runs)
+    assert [r.history_loss for r in one_pass] != [r.history_loss for r in directions]  # the paths did differ
+    for a, b in zip(one_pass, directions):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-12)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-12)
+
+
+@pytest.mark.parametrize("param, optim, fused", [
+    ("standard", "adam", True), ("mup", "sgd", True), ("equalized", "adam", True),
+    ("modular", "adam", False), ("spectral", "adam", False), ("standard", "muon", False),
+])
+def test_only_rate_times_direction_updates_take_the_one_pass(param, optim, fused):
+    """The modular norm and spectral map directions to updates of their own (`updates`); Muon
+    orthogonalises: each keeps its own pass."""
+    cfg = typed("width=24", "depth=3", f"param={param}", f"optim={optim}", "engine.device=cpu")
+    assert engine.Ensemble(build.job(cfg), [Run(log2_lr=-7, seed=0)]).fused == fused

@@ -24,16 +24,20 @@ def runs_of(folder: Path) -> dict[str, list]:
 
 
 @pytest.mark.parametrize(
-    "batched, data, param, optim",
+    "batched, data, param, optim, extra",
     # modular, spectral: the power iteration's warm start is state too, saved with the checkpoint;
-    # muon: its momentum and its AdamW part's moments
-    [(True, "teacher", "standard", "adam"), (False, "teacher", "standard", "adam"),
-     (True, "cifar10", "standard", "adam"), (True, "teacher", "modular", "adam"),
-     (True, "teacher", "spectral", "muon")],
+    # muon: its momentum and its AdamW part's moments; bf16: the weights' bfloat16 copies are made
+    # again from the float32 masters, through the direction path (modular) and the one pass per
+    # run (width 192: hidden matrices past passes.PER_RUN_MIN)
+    [(True, "teacher", "standard", "adam", ()), (False, "teacher", "standard", "adam", ()),
+     (True, "cifar10", "standard", "adam", ()), (True, "teacher", "modular", "adam", ()),
+     (True, "teacher", "spectral", "muon", ()),
+     (True, "teacher", "standard", "adam", ("train.dtype=bf16", "width=192")),
+     (True, "teacher", "modular", "adam", ("train.dtype=bf16",))],
 )
-def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batched, data, param, optim):
+def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch, batched, data, param, optim, extra):
     over = ["width=16", "train.steps=40", "train.batch_size=8", "data.eval_size=32", f"engine.batched={batched}",
-            f"param={param}", f"optim={optim}"]
+            f"param={param}", f"optim={optim}", *extra]
     if data == "cifar10":  # batches drawn from files, augmented: they too must continue exactly
         from tests.datafiles import write_cifar
 

@@ -24,10 +24,13 @@ from lrtransfer.config.keys import (
     inner_grid,
     per_run_keys,
     register,
+    run_steps,
+    runs_per_job,
 )
 from lrtransfer.config.validate import MAX_DEPTH, MAX_RUNS_PER_JOB, validate
 from lrtransfer.options.schema import ConfigError
 
 __all__ = ["Config", "ConfigError", "DType", "Engine", "LRGrid", "RUN_SETTINGS", "Schedule", "Train", "activation_of",
            "default_grid", "flatten", "grid_schema", "inner_grid", "model_activation", "per_run_keys", "register",
+           "run_steps", "runs_per_job",
            "semantic", "validate", "MAX_DEPTH", "MAX_RUNS_PER_JOB"]

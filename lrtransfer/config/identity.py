@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from lrtransfer import options
 from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
 from lrtransfer.options import GROUPS
+from lrtransfer.options.contents import fingerprint
 
 # Keys of `lr` that decide which jobs an adaptive sweep plans, not what a job trains.
 SWEEP_ONLY_LR_KEYS = ("resolution",)
@@ -35,6 +36,13 @@ def model_activation(cfg: Config) -> str:
     return activation_of(cfg.model.name, cfg.param.name, cfg.model.activation.value)
 
 
+def data_contents(schema: type, node: dict) -> dict[str, str]:
+    """Each `content` path field that is set (`schema.content`) -> what its data holds, so that a
+    moved file keeps its jobs and a changed one retrains."""
+    return {f.name: fingerprint(node[f.name], f.metadata["with_files"]) for f in fields(schema)
+            if f.metadata.get("content") and node.get(f.name) is not None}
+
+
 def semantic(cfg: DictConfig | dict) -> dict:
     """The part of a resolved config that decides what is computed: a job's identity.
 
@@ -42,8 +50,10 @@ def semantic(cfg: DictConfig | dict) -> dict:
     also go and how a sweep picks its jobs (`RUN_SETTINGS`: `engine`, `tracker`,
     `adaptive`, and `lr.resolution`, which only an adaptive sweep reads), Hydra's own settings and the
     fields a schema marks as `location` (where a dataset lives, whether it may be
-    downloaded) are left out, and so are those it marks `added` while at the value jobs computed before the key existed (`before`), so the same point is recognised whichever launcher,
-    device, tracker, study folder or data folder ran it.
+    downloaded) are left out, and so are those it marks `added` while at the value jobs computed
+    before the key existed (`before`), so the same point is recognised whichever launcher, device,
+    tracker, study folder or data folder ran it. A data file a schema marks `content` is there by
+    what it holds, not by its path (`data_contents`).
     What a choice resolves to is recorded, not the word `auto` (model.activation), and a
     parameterization's rule REVISION joins its options when non-zero.
     """
@@ -52,6 +62,9 @@ def semantic(cfg: DictConfig | dict) -> dict:
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
     if isinstance(out.get("lr"), dict):
         out["lr"] = {k: v for k, v in out["lr"].items() if k not in SWEEP_ONLY_LR_KEYS}
+    train = out.get("train")
+    if isinstance(train, dict) and train.get("dtype") == "bf16_autocast":  # bf16's former name, one computation
+        out["train"] = {**train, "dtype": "bf16"}
     grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid
@@ -63,6 +76,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
             # a key added later, at the value that computes what jobs did before it existed (its default, or `before`)
             hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.metadata["before"]}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
+            out[group].update(data_contents(schema, node))
     model, param = out.get("model"), out.get("param")
     if isinstance(model, dict) and isinstance(param, dict):
         if "activation" in model:

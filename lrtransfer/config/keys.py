@@ -40,12 +40,14 @@ class Schedule(str, Enum):
 
 class DType(str, Enum):
     """Training precision. Weights and optimizer state are float32 except under float64;
-    bf16_autocast runs the forward's matmuls in bfloat16 (torch.autocast); tf32 lets
-    CUDA matmuls and convolutions use TensorFloat-32, forward and backward, which the
-    others forbid (no effect on a CPU)."""
+    bf16 computes every matrix product (forward and backward) in bfloat16 on bfloat16
+    copies of the weights, the rest in float32 (`training/precision.py`); bf16_autocast
+    is its former name, the same computation; tf32 lets CUDA matmuls and convolutions
+    use TensorFloat-32, forward and backward, which the others forbid (no effect on a CPU)."""
 
     float32 = "float32"
     float64 = "float64"
+    bf16 = "bf16"
     bf16_autocast = "bf16_autocast"
     tf32 = "tf32"
 
@@ -118,7 +120,7 @@ class Engine:
     """How a job runs; none of it changes what is computed, so it is not part of a job's identity."""
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # 0: OMP_NUM_THREADS when a launcher set it, else every core
+    threads: int = 0  # 0: OMP_NUM_THREADS (or SLURM_CPUS_PER_TASK) when set, else one
     batched: bool = True  # train a job's runs as one ensemble; false: one run at a time
     # Runs per ensemble: 0 = as many as fit in max_memory_gb (estimated), N = at most N.
     chunk: int = 0
@@ -257,3 +259,13 @@ def per_run_keys(cfg: Config) -> list[str]:
     """The keys of this job whose value may differ between its runs (`grid.<key>`)."""
     return [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
 
+
+def run_steps(typed) -> int:
+    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
+    return runs_per_job(typed) * typed.train.steps
+
+
+def runs_per_job(typed) -> int:
+    """K: LRs x values of the second inner axis (1 without one) x seeds."""
+    found = inner_grid(typed)
+    return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))

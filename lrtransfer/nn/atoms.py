@@ -117,6 +117,9 @@ class Atom(Module):
     # sense (fan_in x fan_out, possibly stored in another shape: `from_matrix`), "bias" a
     # vector added to the output; other names are the atom's own (a layer norm's "gain").
     TENSORS: tuple[str, ...] = ("weight", "bias")
+    # The tensors the forward multiplies its input by as a matrix (a matmul, a convolution): what a
+    # bf16 step hands the forward as bfloat16 copies. A lookup table, a bias or a gain is not one.
+    MATRICES: tuple[str, ...] = ()
 
     def __init__(self, fan_in: int, fan_out: int, *, role: str, runs: int, tag: str | None = None) -> None:
         super().__init__()
@@ -214,6 +217,7 @@ class Linear(Atom):
     """
 
     kind = "linear"
+    MATRICES = ("weight",)
 
     def __init__(
         self, fan_in: int, fan_out: int, *, role: str, runs: int, bias: bool = True, tag: str | None = None
@@ -246,6 +250,7 @@ class Conv(Atom):
     """
 
     kind = "conv"
+    MATRICES = ("weight",)
 
     def __init__(
         self, c_in: int, c_out: int, kernel: int, *, dims: int, role: str, runs: int, bias: bool = True,

@@ -62,6 +62,7 @@ class UserAtom(Atom):
         self.own_ratio = 1.0
         self._own = {}  # tensors no parameterization rules on: the module's own init (seed 0's build)
         self._drawn = {}  # the module's own init of every tensor for the seed being initialised (model.init=own)
+        self.MATRICES = ("weight",) if layer.kind in ("linear", "conv") else ()
         for name, value in values.items():  # value: one run's tensor, in the user's layout
             setattr(self, name, nn.Parameter(torch.empty(runs, *value.shape, dtype=value.dtype)))
             if layer.kind in ("gain", "tensor"):  # no parameterization draws these: the module's own init

@@ -101,6 +101,13 @@ def location(default: Any) -> Any:
     return field(default=default, metadata={"location": True})
 
 
+def content(default: Any, with_files: tuple[str, ...] = ()) -> Any:
+    """A path to data whose file or folder is part of a job's identity by what it holds
+    (`contents.fingerprint`), not by where it is: moving it keeps finished jobs, changing it
+    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl)."""
+    return field(default=default, metadata={"content": True, "with_files": with_files})
+
+
 def added(default: Any, *, before: Any = None) -> Any:
     """A field added to an option after jobs ran without it: at the value that computes what they
     computed (`before`; by default the default) it is left out of a job's identity, so their ids

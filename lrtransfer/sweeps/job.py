@@ -58,14 +58,17 @@ def run_record(result) -> dict:
 
 
 def thread_count(requested: int) -> int:
-    """0 means: what a launcher asked for (OMP_NUM_THREADS, SLURM_CPUS_PER_TASK), else every usable core."""
+    """0 means: what a launcher or the user asked for (OMP_NUM_THREADS, SLURM_CPUS_PER_TASK), else
+    one. Threads of one step wait for each other, so whenever another process takes a core the
+    whole step waits: two threads lose badly on a shared machine and gain little on an idle one
+    (docs/performance.md). More threads are for a machine the job has to itself."""
     if requested > 0:
         return requested
     for var in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
         env = os.environ.get(var, "")
         if env.isdigit() and int(env) > 0:
             return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 1
 
 
 def versions() -> dict:

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import Config, ConfigError, validate
+from lrtransfer.config import Config, ConfigError, run_steps, validate
 from lrtransfer.errors import Fault
 from lrtransfer.store import is_complete, job_dir, write_text_atomic
-from lrtransfer.sweeps.plan import run_steps
 from lrtransfer.training import stop
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lrtransfer.config import inner_grid
+from lrtransfer.config import run_steps, runs_per_job
 from lrtransfer.store import iter_records, read_record
 
 LOCK_NAME = ".lock"  # the file a running job holds an flock on (lrtransfer.sweeps.job.job_lock)
@@ -56,6 +56,7 @@ class Plan:
     first_config: DictConfig | None = None  # the first job's composed config, without `hydra`
     adaptive: list[str] = field(default_factory=list)  # an adaptive sweep's round and budget, said first
     configs: dict = field(default_factory=dict, repr=False)  # job id -> (composed config, validated config)
+    notes: list[str] = field(default_factory=list)  # said last: what this machine makes of the jobs' settings
 
     @functools.cached_property
     def rates(self) -> dict[str, Rate]:
@@ -95,6 +96,7 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         plan.jobs.append(PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
                                    runs_per_job(job.typed)))
         plan.configs[job.folder.name] = (job.cfg, job.typed)
+    plan.notes = machine_notes([typed for _, typed in plan.configs.values()])
     return plan
 
 
@@ -108,15 +110,20 @@ def checkpointed_steps(folder: Path, typed) -> int | None:
     return steps_done(path, runs_of(typed), typed.train.steps) if path.exists() else None
 
 
-def run_steps(typed) -> int:
-    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
-    return runs_per_job(typed) * typed.train.steps
+def machine_notes(configs) -> list[str]:
+    """What this machine makes of the jobs' settings: bf16 without a bf16 matrix unit (once per dtype)."""
+    from lrtransfer.training.build import DeviceError, select_device
+    from lrtransfer.training.precision import bf16_note
 
-
-def runs_per_job(typed) -> int:
-    """K: LRs x values of the second inner axis (1 without one) x seeds."""
-    found = inner_grid(typed)
-    return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))
+    notes = []
+    for kind, device in dict.fromkeys((c.train.dtype.value, c.engine.device) for c in configs):
+        try:
+            note = bf16_note(kind, select_device(device))
+        except DeviceError:
+            continue
+        if note and note not in notes:
+            notes.append(note)
+    return notes
 
 
 def status_of(folder: Path) -> str:
@@ -265,11 +272,11 @@ def describe(plan: Plan) -> list[str]:
     todo = plan.todo
     total = f"to run: {len(todo)} job(s), {plan.run_steps_todo:,} run-steps (K runs x steps; K = LRs x seeds, x the values of a grid.<key>)"
     if not todo:
-        return [*lines, "nothing to run: every job is done or running"]
+        return [*lines, "nothing to run: every job is done or running", *plan.notes]
     if plan.estimate_s is None:
-        return [*lines, total]
+        return [*lines, total, *plan.notes]
     return [*lines, f"{total}; ~{format_duration(plan.estimate_s)} in-process, at each model's own rate:",
-            *rate_lines(plan)]
+            *rate_lines(plan), *plan.notes]
 
 
 def rate_lines(plan: Plan) -> list[str]:

@@ -28,7 +28,8 @@ from lrtransfer.options.param import Parameterization, parameterization_class
 from lrtransfer.options.schema import Activation
 
 # train.dtype -> the dtype of weights, optimizer state and losses
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bf16_autocast": torch.float32, "tf32": torch.float32}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bf16": torch.float32, "bf16_autocast": torch.float32,
+          "tf32": torch.float32}
 
 
 class DeviceError(UserError, RuntimeError):

@@ -5,6 +5,13 @@ one model whose weights carry a leading run axis (see `nn/atoms.py`): one
 forward, one backward and one optimizer step serve all K runs, and runs sharing a
 seed share every batch. Each run still computes exactly what it would alone.
 
+A step's update is the optimizer's own pass over each run's tensors where the
+parameterization's update is the LR times the optimizer's direction (`Optimizer.update`,
+`Parameterization.scales_directions`), else the direction, the parameterization's
+`updates` and `apply_updates` in turn. Under train.dtype=bf16 the forward computes with
+bfloat16 copies of the matrices (`precision.matmul_copies`), the gradients are theirs, and
+the float32 masters are what the optimizer updates and the checkpoints save.
+
 A run whose loss turns NaN/inf (or exceeds `train.diverge_factor` x its initial
 loss) is recorded as diverged at that step and frozen: its learning rate drops to
 zero and its weights and optimizer state are reset to finite values, so nothing
@@ -31,7 +38,7 @@ from torch import Tensor
 from lrtransfer.training import stop
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.training.memory import chunk_size
-from lrtransfer.training.precision import autocast, matmul_precision
+from lrtransfer.training.precision import autocast, matmul_copies, matmul_precision
 from lrtransfer.training.results import RunResult, results_of
 from lrtransfer.training.schedule import lr_factor
 
@@ -167,9 +174,17 @@ class Ensemble:
         self.param.initialize(self.model, [r.seed for r in runs])
         self.model.to(device=device, dtype=dtype)
         self.slots = self.param.slots(self.model)
-        self.tensors = [s.tensor for s in self.slots]
+        self.tensors = [s.tensor for s in self.slots]  # the masters: what the optimizer updates
+        # In bf16, each matrix's copy the forward computes with (None: the master itself), and
+        # what the gradients are taken of
+        self.copies = matmul_copies(self.slots, self.train.dtype.value)
+        self.operands = [t if c is None else c for t, c in zip(self.tensors, self.copies)]
         self.opt = built.new_optimizer(self.slots, self.values)
         self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
+        # Where the update is rate x direction, the optimizer's own pass does it all, run by run,
+        # with each run's rate and decay read on the host (`_fused_update`)
+        self.fused = self.param.scales_directions and hasattr(self.opt, "update")
+        self.optim_host = built.optim_options(per_run_values(runs, torch.device("cpu")))
 
         seeds = list(dict.fromkeys(r.seed for r in runs))
         self.gens = [torch.Generator().manual_seed(data_seed(s)) for s in seeds]  # on the CPU (`Task.sample`)
@@ -177,7 +192,9 @@ class Ensemble:
         self.seed_index = torch.tensor([seeds.index(r.seed) for r in runs], device=device)
 
         self.lr_alive = torch.tensor([2.0**r.log2_lr for r in runs], device=device, dtype=dtype)  # 0 once frozen
+        self.lr_host = self.lr_alive.cpu()  # the same numbers on the host, where the fused update reads them
         self.alive = torch.ones(self.K, dtype=torch.bool)  # host copy, updated at checks
+        self.live = list(range(self.K))  # the runs not frozen, as the fused update walks them
         self.diverged_step: list[int | None] = [None] * self.K
         self.history = torch.full((self.K, self.steps), math.nan, device=device, dtype=dtype)
         self.step_index = 0  # steps done
@@ -206,19 +223,33 @@ class Ensemble:
                 logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
                 losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
             self.history[:, t] = losses.detach()
-            grads = torch.autograd.grad(losses.sum(), self.tensors)
+            grads = torch.autograd.grad(losses.sum(), self.operands)
         factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
         with torch.no_grad():
-            directions = self.opt.directions(grads)
-            updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
-            apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.optim))
+            if self.fused:
+                self._fused_update(grads, factor)
+            else:
+                directions = self.opt.directions([g.to(w.dtype) for g, w in zip(grads, self.tensors)])
+                updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
+                apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.optim))
+                refresh(self.copies, self.tensors)
         self.step_index += 1
+
+    def _fused_update(self, grads: Sequence[Tensor], factor: float) -> None:
+        """The optimizer's one pass per live run, given each slot's rates and decays as the
+        parameterization computes them (`rates`, `decays`), on the host copy of the LRs: the
+        same numbers as on the device, read with no synchronisation."""
+        rates = self.param.rates(self.slots, self.lr_host * factor)
+        decays = self.param.decays(self.slots, self.lr_host, factor, self.optim_host)
+        self.opt.update(grads, rates, decays, self.live, self.copies)
 
     def check(self) -> None:
         """Read the losses since the last check (the host sync) and freeze runs that diverged."""
         dead = _check(self.history, self.checked, self.step_index, self.alive, self.diverged_step, self.train.diverge_factor)
         if dead:
-            _freeze(dead, self.slots, self.opt, self.lr_alive)
+            _freeze(dead, self.tensors + [c for c in self.copies if c is not None], self.opt, self.lr_alive)
+            self.lr_host.copy_(self.lr_alive.cpu())
+            self.live = torch.nonzero(self.alive).flatten().tolist()
         self.checked = self.step_index
 
     def state_dict(self) -> dict:
@@ -259,7 +290,10 @@ class Ensemble:
         for g, s in zip(self.gens, state["gens"]):
             g.set_state(s)
         self.lr_alive.copy_(state["lr_alive"])
+        self.lr_host.copy_(state["lr_alive"])
+        refresh(self.copies, self.tensors)
         self.alive.copy_(state["alive"])
+        self.live = torch.nonzero(self.alive).flatten().tolist()
         self.diverged_step = list(state["diverged_step"])
         self.history.copy_(state["history"])
         self.param.load_state_dict(_to(state["param"], self.device))
@@ -334,11 +368,19 @@ def _check(history: Tensor, start: int, end: int, alive: Tensor, diverged_step: 
 
 
 @torch.no_grad()
-def _freeze(dead: list[int], slots, opt, lr_alive: Tensor) -> None:
-    """Stop dead runs for good: zero LR, and finite (zero) weights and optimizer state."""
+def refresh(copies: Sequence[Tensor | None], masters: Sequence[Tensor]) -> None:
+    """Write each low-precision copy from its master (where no optimizer pass did)."""
+    for c, w in zip(copies, masters):
+        if c is not None:
+            c.copy_(w)
+
+
+@torch.no_grad()
+def _freeze(dead: list[int], tensors, opt, lr_alive: Tensor) -> None:
+    """Stop dead runs for good: zero LR, and finite (zero) weights, their copies and optimizer state."""
     idx = torch.tensor(dead, device=lr_alive.device)
     lr_alive[idx] = 0
-    for t in [s.tensor for s in slots] + list(opt.state):
+    for t in list(tensors) + list(opt.state):
         t[idx] = 0
 
 

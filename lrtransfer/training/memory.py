@@ -1,5 +1,6 @@
 """How many runs train together: each ensemble sized to the memory budget and, on a CPU, to
-the last-level cache; and a refusal, before any training, of a run that cannot fit at all.
+this job's share of the last-level cache; and a refusal, before any training, of a run that
+cannot fit at all.
 
 A run's sizes are measured by a forward pass on the meta device, so nothing is
 allocated to find out.
@@ -10,12 +11,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from lrtransfer.errors import UserError
+from lrtransfer.training.cache import budget as cache_budget
 
 if TYPE_CHECKING:
     from lrtransfer.training.build import Built
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 
 def chunk_size(built: Built, K: int) -> int:
     """Runs per ensemble: engine.chunk if set; else as many as the memory budget allows
-    and, on a CPU, as keep the ensemble's optimizer working set within the last-level
-    cache, in chunks of equal size.
+    and, on a CPU, as keep the ensemble's optimizer working set within this job's share
+    of the last-level cache (`cache.budget`), in chunks of equal size.
 
     Past the cache, every elementwise pass (optimizer, activations) runs at memory
     speed, and one run at a time is faster than an ensemble (docs/performance.md);
@@ -38,7 +39,7 @@ def chunk_size(built: Built, K: int) -> int:
     fp = footprint(built)
     limit = int(engine.max_memory_gb * 2**30 // fp.bytes_per_run)
     if built.device.type == "cpu":
-        limit = min(limit, last_level_cache() // fp.working_set_per_run)
+        limit = min(limit, cache_budget() // fp.working_set_per_run)
     limit = max(1, min(K, limit))
     chunks = math.ceil(K / limit)
     return math.ceil(K / chunks)
@@ -124,16 +125,3 @@ def _numel(out) -> int:
     if isinstance(out, torch.Tensor):
         return out.numel()
     return sum(_numel(o) for o in out) if isinstance(out, (tuple, list)) else 0
-
-
-def last_level_cache() -> int:
-    """Bytes of the CPU's largest cache (Linux sysfs), or 32 MiB when it cannot be read."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = f.read_text().strip().upper()
-        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-        try:
-            sizes.append(int(text.rstrip("KMG")) * unit)
-        except ValueError:
-            continue
-    return max(sizes, default=32 * 2**20)

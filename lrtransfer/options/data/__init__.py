@@ -18,6 +18,9 @@ run axis: x (K, B, ...), y (K, B, ...). Models accept both forms.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -75,3 +78,11 @@ def ensure_files(data_options) -> None:
     hook = getattr(options.module("data", data_options.name), "ensure_files", None)
     if hook is not None:
         hook(data_options)
+
+
+def cache_folder(cache: str | None) -> Path:
+    """Where a task keeps what it makes from its data (`data.cache`): by default the user's cache
+    folder, $XDG_CACHE_HOME/lrtransfer or ~/.cache/lrtransfer, never the data's own folder or a results folder."""
+    if cache:
+        return Path(cache).expanduser().resolve()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lrtransfer"

@@ -30,7 +30,7 @@ from torch import Tensor
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from lrtransfer.options.data import Task
+from lrtransfer.options.data import Task, cache_folder
 from lrtransfer.options.data.formats import DataError
 from lrtransfer.options.schema import SIGNAL, ConfigError, location, positive
 
@@ -97,18 +97,12 @@ def generation_args(d) -> dict:
     return {"padding": [d.padding_min, d.padding_max], **{k: getattr(d, k) for k in KEYS}}
 
 
-def cache_dir(d) -> Path:
-    if d.cache:
-        return Path(d.cache).expanduser().resolve()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lrtransfer"
-
-
 def cache_path(d) -> Path:
     """One file per (package version, generation arguments)."""
     version = package_version()
     key = json.dumps(generation_args(d), sort_keys=True)
     digest = hashlib.sha256(f"{version} {key}".encode()).hexdigest()[:16]
-    return cache_dir(d) / f"mnist1d-{version}-{digest}.npz"
+    return cache_folder(d.cache) / f"mnist1d-{version}-{digest}.npz"
 
 
 def generate(d) -> dict[str, np.ndarray]:

@@ -30,9 +30,11 @@ sequence of one run, never across runs or sequences.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
+import torch
 from torch import Tensor
 from torch.nn import functional as F
 
@@ -107,10 +109,11 @@ class CausalSelfAttention(Module):
         if self.qkv_mult != 1.0:
             q, k, v = q * self.qkv_mult, k * self.qkv_mult, v * self.qkv_mult
         K, B, H, T, D = q.shape
-        y = F.scaled_dot_product_attention(  # (K * B, H, T, d_head): one sequence of one run at a time
-            q.reshape(K * B, H, T, D), k.reshape(K * B, H, T, D), v.reshape(K * B, H, T, D),
-            is_causal=True, scale=self.scale,
-        )
+        with _float32_on_cpu(q) as full:
+            y = F.scaled_dot_product_attention(  # (K * B, H, T, d_head): one sequence of one run at a time
+                full(q).reshape(K * B, H, T, D), full(k).reshape(K * B, H, T, D), full(v).reshape(K * B, H, T, D),
+                is_causal=True, scale=self.scale,
+            )
         y = y.view(K, B, H, T, D).transpose(-3, -2).flatten(-2)  # (K, B, T, width)
         return self.o(y)
 
@@ -128,6 +131,18 @@ class CausalSelfAttention(Module):
 
     def extra_repr(self) -> str:
         return f"heads={self.heads}, d_head={self.d_head}, scale={self.scale:.4g}, qkv_mult={self.qkv_mult:.4g}"
+
+
+@contextmanager
+def _float32_on_cpu(t: Tensor):
+    """Attention in float32 in a bf16 step on a CPU, where PyTorch's bfloat16 attention kernel is
+    slower than its float32 one (docs/performance.md) and less exact; on a GPU bfloat16
+    attention is the fast one, and autocast keeps it. Yields the cast to apply to q, k and v."""
+    if t.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        yield lambda x: x
+        return
+    with torch.autocast("cpu", enabled=False):
+        yield lambda x: x.float()
 
 
 def layer_norm(width: int, runs: int) -> LayerNorm:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from lrtransfer.options.optim.kernels import adam_directions_
+from lrtransfer.options.optim import passes
+from lrtransfer.options.optim.kernels import adam_directions_, adam_update_
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive
 
 
@@ -53,15 +54,57 @@ class Optimizer:
         self.eps = [options.eps * s.eps_mult for s in slots]  # each tensor's (the parameterization's eps_mult)
         self.m = [torch.zeros_like(t) for t in tensors]
         self.v = [torch.zeros_like(t) for t in tensors]
-        self.scratch = [torch.empty_like(t) for t in tensors]
+        self.tensors = tensors
+        self._split = passes.split(tensors)  # (tensors updated for every run at once, run by run)
+        small = set(self._split[0])
+        # where `directions` writes; `update` needs it only for the small tensors
+        self._scratch = [torch.empty_like(t) if i in small else None for i, t in enumerate(tensors)]
         self.t = 0
+        self._step = torch.zeros((), device=tensors[0].device if tensors else None)  # the fused kernels read t here
 
     @property
     def state(self) -> list[Tensor]:
         return self.m + self.v
+
+    @property
+    def scratch(self) -> list[Tensor]:
+        """The direction of every tensor (`directions`): the large ones' made on first use."""
+        if any(d is None for d in self._scratch):
+            self._scratch = [torch.empty_like(t) if d is None else d for d, t in zip(self._scratch, self.tensors)]
+        return self._scratch
 
     @torch.no_grad()
     def directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
         self.t += 1
         adam_directions_(self.scratch, grads, self.m, self.v, self.t, self.beta1, self.beta2, self.eps)
         return self.scratch
+
+    @torch.no_grad()
+    def update(self, grads: Sequence[Tensor], rates, decays, runs: Sequence[int], copies=None) -> None:
+        """The whole step, where each update is a rate times Adam's direction: for each run k and
+        tensor i, w_i[k] <- (1 - decays[i][k]) w_i[k] - rates[i][k] m_hat / (sqrt(v_hat) + eps_i).
+        rates, decays (or None): per tensor, a (K,) host tensor; runs: the live runs, those the
+        large tensors are updated for, each in one fused pass (`passes`); copies: per tensor a
+        lower-precision copy to write from it, or None."""
+        self.t += 1
+        pick = passes.pick
+        copies = copies if copies is not None else [None] * len(self.tensors)
+        small, large = self._split
+        if small:  # every run at once, the direction path's way
+            ws = pick(self.tensors, small)
+            gs = [passes.like(g, w) for g, w in zip(pick(grads, small), ws)]
+            ds = pick(self._scratch, small)
+            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self.t, self.beta1, self.beta2,
+                             pick(self.eps, small))
+            passes.whole(ws, ds, pick(rates, small), pick(decays, small), pick(copies, small))
+        if not large:
+            return
+        self._step.fill_(self.t)
+        w, m, v, g, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, self.m, self.v, grads, copies))
+        r, dec = passes.floats(pick(rates, large)), passes.floats(pick(decays, large))
+        for k in runs:
+            for rate, decay, eps, idx in passes.groups(k, r, dec, pick(self.eps, large)):
+                adam_update_([w[i][k] for i in idx], [passes.like(g[i][k], w[i][k]) for i in idx],
+                             [m[i][k] for i in idx], [v[i][k] for i in idx], self._step,
+                             self.beta1, self.beta2, eps, rate, decay)
+            passes.write_copies(k, w, c)

@@ -9,7 +9,12 @@ upgrade can cost speed, never correctness.
 The kernel updates a parameter in place: p <- p - lr * m_hat / (sqrt(v_hat) + eps).
 Called on a zeroed buffer with lr = -1 it leaves the *direction*
 m_hat / (sqrt(v_hat) + eps) in the buffer, which is what lrtransfer's optimizers
-return (the parameterization then turns directions into updates).
+return (the parameterization then turns directions into updates). Where the update
+is the LR times that direction, `adam_update_` instead runs the kernel on the weights
+themselves, with the LR and the decoupled decay (AdamW's form), once per run: one
+pass over memory instead of five. Its numbers are those of the direction path
+exactly when the LR multiplies exactly (a power of two: every integer log2 LR of
+the default grids); otherwise the two round differently, in the last bit.
 """
 
 from __future__ import annotations
@@ -68,3 +73,41 @@ def _adam_directions_(out, grads, m, v, step: int, beta1: float, beta2: float, e
         mi.mul_(beta1).add_(g, alpha=1.0 - beta1)
         vi.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
         torch.div(mi, vi.sqrt().mul_(c2).add_(eps), out=o).mul_(c1)
+
+
+def adam_update_(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    m: Sequence[Tensor],
+    v: Sequence[Tensor],
+    step: Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    lr: float,
+    decay: float,
+) -> None:
+    """p <- (1 - decay) * p - lr * m_hat / (sqrt(v_hat) + eps) for each tensor, moments updated,
+    in one pass (torch's fused AdamW kernel). step: a scalar tensor holding the step count.
+
+    AdamW's kernel decays by lr * weight_decay, so it is given decay / lr; where lr is a power of
+    two that quotient and product are exact, and 1 - decay is the direction path's number.
+    """
+    global use_fused
+    grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
+    if use_fused and hasattr(torch, "_fused_adamw_"):
+        try:
+            if decay and not lr:  # no step to divide by (a rule with a zero LR multiplier)
+                torch._foreach_mul_(list(params), 1.0 - decay)
+            kernel, wd = (torch._fused_adamw_, decay / lr) if decay and lr else (torch._fused_adam_, 0.0)
+            kernel(list(params), grads, list(m), list(v), [], [step] * len(params),
+                   lr=lr, beta1=beta1, beta2=beta2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+            return
+        except (RuntimeError, TypeError, NotImplementedError):
+            use_fused = False
+    out = [torch.empty_like(p) for p in params]
+    _adam_directions_(out, grads, m, v, int(step), beta1, beta2, eps)
+    for p, d in zip(params, out):
+        if decay:
+            p.mul_(1.0 - decay)
+        p.sub_(d.mul_(lr))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
+from lrtransfer.options.optim import passes
 from lrtransfer.options.schema import GRADIENT, DecayScaling, Grid, added, in_unit, non_negative
 
 
@@ -41,6 +42,8 @@ class Optimizer:
     def __init__(self, options: SGDOptions, slots: Sequence[Slot]) -> None:
         tensors = [s.tensor for s in slots]
         self.momentum, self.nesterov = options.momentum, options.nesterov
+        self.tensors = tensors
+        self._split = passes.split(tensors)  # (tensors updated for every run at once, run by run)
         self.buf = [torch.zeros_like(t) for t in tensors]
         self.scratch = [torch.empty_like(t) for t in tensors]
         self.t = 0
@@ -51,9 +54,19 @@ class Optimizer:
 
     @torch.no_grad()
     def directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
+        d = self._directions(grads)
+        if d is self.buf:  # the caller scales directions in place: never the buffers themselves
+            for out, b in zip(self.scratch, self.buf):
+                out.copy_(b)
+            return self.scratch
+        return d
+
+    def _directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
+        """The step's directions, which the caller must not modify: the momentum buffers themselves
+        (heavy ball), g + momentum * buf (Nesterov), or the gradients (no momentum)."""
         self.t += 1
-        if self.momentum == 0:
-            return list(grads)  # fresh from autograd: the caller's to modify
+        if self.momentum == 0:  # fresh from autograd (in the weights' dtype)
+            return [passes.like(g, t) for g, t in zip(grads, self.tensors)]
         for buf, g, out in zip(self.buf, grads, self.scratch):
             if self.t == 1:
                 buf.copy_(g)  # torch.optim.SGD starts the buffer at the first gradient
@@ -61,6 +74,28 @@ class Optimizer:
                 buf.mul_(self.momentum).add_(g)
             if self.nesterov:
                 torch.add(g, buf, alpha=self.momentum, out=out)
-            else:
-                out.copy_(buf)
-        return self.scratch
+        return self.scratch if self.nesterov else self.buf
+
+    @torch.no_grad()
+    def update(self, grads: Sequence[Tensor], rates, decays, runs: Sequence[int], copies=None) -> None:
+        """The whole step, where each update is a rate times the momentum direction: the buffers
+        as `directions` makes them, then for each run k of `runs` and tensor i, w_i[k] <- (1 -
+        decays[i][k]) w_i[k] - rates[i][k] d_i[k], one call per run's group of tensors sharing
+        (rate, decay) (`passes`), then the run's copies written. rates, decays (or None): per
+        tensor, a (K,) host tensor; runs: the live runs; copies: per tensor a copy, or None."""
+        pick = passes.pick
+        directions = self._directions(grads)
+        copies = copies if copies is not None else [None] * len(self.tensors)
+        small, large = self._split
+        scratch = [out.copy_(d) if d is b else d for d, b, out in  # never scale the buffers themselves
+                   zip(pick(directions, small), pick(self.buf, small), pick(self.scratch, small))]
+        passes.whole(pick(self.tensors, small), scratch, pick(rates, small), pick(decays, small), pick(copies, small))
+        w, d, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, directions, copies))
+        r, dec = passes.floats(pick(rates, large)), passes.floats(pick(decays, large))
+        for k in runs if large else ():
+            for rate, decay, _, idx in passes.groups(k, r, dec, [None] * len(large)):
+                mine = [w[i][k] for i in idx]
+                if decay:
+                    torch._foreach_mul_(mine, 1.0 - decay)
+                torch._foreach_add_(mine, [d[i][k] for i in idx], alpha=-rate)
+            passes.write_copies(k, w, c)

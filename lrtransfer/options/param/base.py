@@ -191,13 +191,25 @@ class Parameterization:
         return [Slot(atom, name, t, self.lr_multiplier(atom, name), self.eps_multiplier(atom, name),
                      self.wd_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
 
+    def rates(self, slots: Sequence[Slot], lr: Tensor) -> list[Tensor]:
+        """Each slot's (K,) learning rate this step: the runs' lr (schedule applied) x its lr_mult."""
+        return [lr * s.lr_mult for s in slots]
+
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Map the base optimizer's directions to updates (w <- w - update).
 
         lr: (K,) this step's learning rate of each run (schedule applied). The
         directions are the optimizer's scratch tensors: scale them in place.
         """
-        return [d.mul_(run_view(lr * s.lr_mult, d)) for s, d in zip(slots, directions)]
+        return [d.mul_(run_view(r, d)) for r, d in zip(self.rates(slots, lr), directions)]
+
+    @property
+    def scales_directions(self) -> bool:
+        """Whether each update is the slot's rate (`rates`) times the optimizer's direction, as this
+        class's `updates` makes it: then an optimizer that can (`Optimizer.update`) applies the
+        direction, the rate, the decay and the update in one pass over each run's tensors. A rule
+        that overrides `updates` (the modular norm, spectral) keeps its own pass, never this one."""
+        return type(self).updates is Parameterization.updates
 
     def state_dict(self) -> dict:
         """What the parameterization carries from step to step (saved in checkpoints); SP: nothing."""
