@@ -34,12 +34,19 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.overrides import TorchFunctionMode
+
+from lrtransfer.diagnostics.inspect import AttentionScales as Scales  # the scale each attention call is given
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "reference" / "nanogpt_mup.json"
 BASE, WIDTHS, LAYERS, HEADS, VOCAB, CONTEXT = 256, (256, 1024), 2, 4, 64, 16
 LR, EPS, WD, BETAS, GRAD_STD, PARAM_STD = 1e-3, 1e-6, 0.1, (0.9, 0.95), 1e-6, 0.02
 FIX = "2512.22382"  # the paper whose finding the corrected model.py's comment cites
+# the shapes and the AdamW step every case is measured with (make_completep_fixture.py's too)
+ADAMW_SETUP = {
+    "shapes": {"base_width": BASE, "layers": LAYERS, "heads": HEADS, "vocab": VOCAB, "context": CONTEXT},
+    "adamw": {"lr": LR, "eps": EPS, "weight_decay": WD, "betas": list(BETAS), "grad_std": GRAD_STD,
+              "param_std": PARAM_STD, "param_seed": 2000, "grad_seed": 1000},
+}
 
 
 def load(path: Path, name: str):
@@ -48,21 +55,6 @@ def load(path: Path, name: str):
     sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
-
-
-class Scales(TorchFunctionMode):
-    """The `scale` each scaled_dot_product_attention call is given (None: its default 1/sqrt(d))."""
-
-    def __enter__(self):
-        self.seen = []
-        return super().__enter__()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            d = (args[0] if args else kwargs["query"]).shape[-1]
-            self.seen.append(kwargs.get("scale") or d**-0.5)
-        return func(*args, **kwargs)
 
 
 def stds(model) -> list[dict]:
@@ -132,13 +124,16 @@ def load_nanogpt_mup(path: Path):
     return load(path / "model.py", "nanogpt_mup_model")
 
 
+def config(mod, width: int, layers: int, **flags):
+    return mod.GPTConfig(block_size=CONTEXT, vocab_size=VOCAB, n_layer=layers, n_head=HEADS, n_embd=width,
+                         dropout=0.0, bias=True, **flags)
+
+
 def case(mod, width: int, layers: int = LAYERS, **flags) -> dict:
     """nanoGPT-mup's GPT at `width` and `layers` with its config `flags` (mup_enabled, ...), seed 0:
     its forward multipliers, and per tensor init std, AdamW group and one step."""
-    config = mod.GPTConfig(block_size=CONTEXT, vocab_size=VOCAB, n_layer=layers, n_head=HEADS, n_embd=width,
-                           dropout=0.0, bias=True, **flags)
     torch.manual_seed(0)
-    model = mod.GPT(config)
+    model = mod.GPT(config(mod, width, layers, **flags))
     rows = stds(model)
     mults, grouped = forward_mults(model), groups(model)
     step = one_step(model)
@@ -180,9 +175,7 @@ def main() -> None:
     doc = {
         "made_by": "scripts/make_nanogpt_mup_fixture.py", "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "shapes": {"base_width": BASE, "layers": LAYERS, "heads": HEADS, "vocab": VOCAB, "context": CONTEXT},
-        "adamw": {"lr": LR, "eps": EPS, "weight_decay": WD, "betas": list(BETAS), "grad_std": GRAD_STD,
-                  "param_std": PARAM_STD, "param_seed": 2000, "grad_seed": 1000},
+        **ADAMW_SETUP,
         "nanogpt_mup": nanogpt_mup(args.nanogpt_mup),
         "nanogpt": as_published(karpathy),
         "gpt2": as_published(gpt2),

@@ -153,11 +153,24 @@ CATALOGUE = [
      "model.kwargs sets width, which lrtransfer passes itself"),
     ("custom kwargs not a mapping", ["model=custom", "model.target={models}:build", "model.kwargs=3"],
      "model.kwargs must be a mapping such as '{{dropout: 0.1}}', got 3"),
-    ("depth-muP on a custom model", ["model=custom", "model.target={models}:build", "param=mup", "param.depth_exponent=0.5"],
-     "param.depth_exponent=0.5 multiplies the residual branches a built-in model makes; model=custom's branches are inside your module"),
+    ("depth-muP on a custom model without branches", ["model=custom", "model.target={models}:build", "param=mup", "param.depth_exponent=0.5"],
+     "param=mup multiplies residual branches, and model.target={models}:build has none of the known families' branch "
+     "outputs (c_proj, o_proj, down_proj): name each branch's last Linear with a glob, model.branch_outputs='*.proj'"),
+    # CompleteP (issue 36)
+    ("CompleteP alpha above 1", ["param=completep", "param.alpha=1.5"],
+     "param.alpha=1.5 is outside [0, 1]: the branch multiplier L^-alpha must neither grow with depth (alpha < 0) "
+     "nor shrink faster than 1/L"),
+    ("CompleteP alpha below 0", ["param=completep", "param.alpha=-0.5"], "param.alpha=-0.5 is outside [0, 1]"),
+    ("CompleteP base depth below 1", ["param=completep", "param.base_depth=0"], "param.base_depth must be positive, got 0"),
+    ("CompleteP with SGD", ["param=completep", "optim=sgd"],
+     "param=completep has rules for Adam-type optimizers only (their updates are adaptive), not for one whose updates are gradient"),
+    ("CompleteP on a custom model without branches", ["model=custom", "model.target={models}:build", "param=completep"],
+     "param=completep multiplies residual branches, and model.target={models}:build has none of the known families' branch outputs"),
+    ("branch outputs that match no layer", ["model=custom", "model.target={models}:build", "model.branch_outputs=*.c_proj"],
+     "model.branch_outputs=*.c_proj: no Linear of model.target={models}:build matches it; its Linears: 0, 2, 4"),
     ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
      "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
-     "parameterizations that work: equalized, mup, spectral, standard"),
+     "parameterizations that work: completep, equalized, mup, spectral, standard"),
     # model=custom's own init (issue 35): the key, and a module whose own init cannot start runs per seed
     ("custom init not a choice", ["model=custom", "model.target={models}:build", "model.init=random"],
      "model.init: Invalid value 'random', expected one of [own, torch]"),

@@ -107,13 +107,14 @@ def test_mup_with_nanogpt_mups_constants_gives_its_numbers(nanogpt, width):
             assert ours[key] == pytest.approx(ref[key], rel=1e-10), (ref["name"], key)
 
 
-def one_step(cfg) -> list[dict]:
+def one_step(cfg, theirs: list[dict] = THEIRS["256"]["tensors"]) -> list[dict]:
     """One step of lrtransfer's optimizer, from the fixture's tensors and gradients, tensor by tensor
-    (Adam acts elementwise: each tensor's step depends on its own numbers and multipliers only)."""
+    (Adam acts elementwise: each tensor's step depends on its own numbers and multipliers only).
+    theirs: the reference's rows, in its named_parameters order (which seeds each tensor)."""
     param = build.parameterization(cfg)
     net = build.model(cfg, param, runs=1, input_shape=INPUT[0], output_dim=INPUT[1]).double()
     names = net.user_names()
-    order = {r["name"]: i for i, r in enumerate(THEIRS["256"]["tensors"])}
+    order = {r["name"]: i for i, r in enumerate(theirs)}
     lr = torch.tensor([ADAMW["lr"]], dtype=torch.float64)
     out = {}
     for slot in param.slots(net):
@@ -133,7 +134,7 @@ def one_step(cfg) -> list[dict]:
         out[name] = {"step_rms": float(d.pow(2).mean().sqrt()), "step_dot_grad": float((d * grad).sum()),
                      "step_dot_param": float((d * before).sum())}
         slot.tensor.grad = None
-    return [out[r["name"]] for r in THEIRS["256"]["tensors"]]
+    return [out[r["name"]] for r in theirs]
 
 
 @pytest.mark.parametrize("width", [256, 1024])

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import torch
 from omegaconf import OmegaConf
+from torch.overrides import TorchFunctionMode
 
 from lrtransfer.config import Config, semantic
 from lrtransfer.errors import collected
-from lrtransfer.nn import is_one_dimensional
+from lrtransfer.nn import Residual, is_one_dimensional
 
 VECTOR = "vector"  # the role of a bias or a gain: one dimension
 
@@ -80,13 +81,54 @@ def inspect(cfg: Config) -> dict:
     ensure_files(cfg.data)
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
-    doc = {"config": config_dict(cfg), "tensors": _rows(param, model, decay_1d=getattr(cfg.optim, "decay_1d", True))}
+    doc = {"config": config_dict(cfg), "branch_mult": branch_mult(model)}
+    with torch.no_grad(), collected() as said, AttentionScales() as seen:  # warnings said once: as notes
+        model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
+    doc["attention_scale"] = seen.scale()
+    doc["tensors"] = _rows(param, model, decay_1d=getattr(cfg.optim, "decay_1d", True))
     notes = []
     if hasattr(model, "notes"):  # model=custom: what the rules do unseen, and what they cannot reach
-        with torch.no_grad(), collected() as said:  # what the forward would warn of, said once: as a note
-            model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
-        notes = model.notes(param) + [f"note: {m}" for m in said]
+        notes = model.notes(param) + [f"note: {m}" for m in said] + branch_notes(model)
     return {**doc, "notes": notes} if notes else doc
+
+
+def branch_mult(model) -> float | None:
+    """The residual branches' multiplier: the built-in models' `Residual` blocks, or the factor folded
+    into a published model's branch outputs; None where the model has no residual branch."""
+    found = {m.branch for m in model.modules() if isinstance(m, Residual)}
+    found |= {a.branch_mult for a in model.atoms() if a.branch_output}
+    if len(found) > 1:
+        raise AssertionError(f"residual branches with different multipliers: {sorted(found)}")
+    return float(found.pop()) if found else None
+
+
+def branch_notes(model) -> list[str]:
+    """Which layers of a published model carry the branch multiplier (`roles.find_branch_outputs`)."""
+    outs = [a.path for a in model.atoms() if a.branch_output]
+    if not outs:
+        return []
+    mult = next(a.branch_mult for a in model.atoms() if a.branch_output)
+    return [f"note: residual branches end in {', '.join(outs[:4])}{', ...' if len(outs) > 4 else ''} "
+            f"({len(outs)} in all): their weight and bias carry the branch multiplier {mult:.4g}"]
+
+
+class AttentionScales(TorchFunctionMode):
+    """The factor on q.k that each scaled_dot_product_attention call of a forward computes with."""
+
+    def __enter__(self):
+        self.seen = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.seen.append(kwargs.get("scale") or (args[0] if args else kwargs["query"]).shape[-1] ** -0.5)
+        return func(*args, **kwargs)
+
+    def scale(self) -> float | None:
+        """The one factor every call used; None without attention (or where it computes q.k itself)."""
+        found = set(self.seen)
+        return float(found.pop()) if len(found) == 1 else None
 
 
 # ---------------------------------------------------------------- tables

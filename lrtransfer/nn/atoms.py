@@ -107,6 +107,12 @@ class Atom(Module):
 
     kind = "atom"
     query_outputs: int | None = None  # of an atom tagged "query": how many of its first outputs are the query (None: all)
+    # Depth: inside a residual branch (its tensors get a depth rule's corrections, CompleteP's), and the
+    # last layer of one in a model that adds the branch itself (a published model): the
+    # parameterization's branch multiplier is folded into its weight and bias (`branch_mult`).
+    in_branch: bool = False
+    branch_output: bool = False
+    branch_mult: float = 1.0
     # The trained tensors an atom may hold. "weight" is a matrix in the parameterization's
     # sense (fan_in x fan_out, possibly stored in another shape: `from_matrix`), "bias" a
     # vector added to the output; other names are the atom's own (a layer norm's "gain").

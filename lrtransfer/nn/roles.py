@@ -18,11 +18,18 @@ Attention queries, which muP starts at zero, are found by the names the known fa
 give them (`QUERY_NAMES`): a layer of its own (Llama's `q_proj`, BERT's `query`), or the
 first third of the outputs of a fused query-key-value projection whose outputs are three
 times its inputs (GPT-2's and nanoGPT's `c_attn`, which split q, k, v in that order).
+
+A residual branch of a published transformer, x + branch(x), ends in a projection (`BRANCH_OUTPUTS`,
+or the layers a glob names): multiplying its weight and bias multiplies the branch exactly, so a
+depth rule reaches the module without editing it. The layers of the blocks those projections sit
+in are the ones inside the branches (a depth rule's LR and epsilon corrections).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +38,9 @@ from torch import nn
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn.atoms import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 
+# The last layer of each residual branch, by the names the known families give it: nanoGPT's and
+# GPT-2's attention and MLP output projections (`c_proj`), Llama's (`o_proj`, `down_proj`)
+BRANCH_OUTPUTS = ("c_proj", "o_proj", "down_proj")
 # A layer's last name -> the share of its outputs that is the attention query (from its first output)
 QUERY_NAMES = {"q_proj": 1, "query": 1, "wq": 1, "to_q": 1, "c_attn": 3}  # 3: the first third (fused q, k, v)
 NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
@@ -49,6 +59,8 @@ class Layer:
     in_out: bool = False  # a Linear's weight stored (in, out): transformers' Conv1D
     tied: str = ""  # an embedding's table reused as a Linear's weight: that weight's name (the readout's use)
     query: int = 0  # how many of its first outputs are an attention query (0: none), `find_queries`
+    branch_output: bool = False  # the last layer of a residual branch, `find_branch_outputs`
+    in_branch: bool = False  # inside a residual block (a depth rule's corrections apply)
 
 
 def _in_out_linear(module: nn.Module) -> bool:
@@ -155,3 +167,23 @@ def find_queries(layers: list[Layer]) -> None:
         share = QUERY_NAMES.get(layer.path.rpartition(".")[2])
         if layer.kind == "linear" and layer.role == HIDDEN and share and layer.fan_out == share * layer.fan_in:
             layer.query = layer.fan_out // share
+
+
+def find_branch_outputs(layers: list[Layer], pattern: str = "") -> list[Layer]:
+    """Mark the last layer of each residual branch: the hidden Linears whose path matches the glob
+    `pattern` (model.branch_outputs), else those the known families name so (`BRANCH_OUTPUTS`);
+    and every layer of the blocks they sit in (the path up to its last layer index: nanoGPT's
+    `transformer.h.3`, Llama's `model.layers.3`; without one, the branch's parent module)."""
+    if pattern:
+        found = [layer for layer in layers if layer.kind == "linear" and fnmatch.fnmatchcase(layer.path, pattern)]
+    else:
+        found = [layer for layer in layers if layer.kind == "linear" and layer.role == HIDDEN
+                 and layer.path.rpartition(".")[2] in BRANCH_OUTPUTS]
+    blocks = set()
+    for layer in found:
+        layer.branch_output = True
+        indexed = re.match(r"(.*\.\d+)\.", layer.path)
+        blocks.add(indexed.group(1) if indexed else layer.path.rpartition(".")[0].rpartition(".")[0])
+    for layer in layers:
+        layer.in_branch = any(layer.path.startswith(f"{b}.") for b in blocks)
+    return found

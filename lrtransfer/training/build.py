@@ -62,7 +62,8 @@ def per_run(group_options, group: str, values: dict | None):
 def parameterization(cfg: Config, values: dict | None = None) -> Parameterization:
     """The parameterization of `cfg.param`, told the width and the optimizer's kind of update."""
     update = options.of("optim")[cfg.optim.name].UPDATE
-    return parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update)
+    return parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update,
+                                                    depth=cfg.depth)
 
 
 def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:

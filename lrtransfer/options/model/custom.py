@@ -34,7 +34,8 @@ from omegaconf import OmegaConf
 
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
-from lrtransfer.nn.roles import assign_roles, find_queries, find_readout, layers_of
+from lrtransfer.nn.roles import (BRANCH_OUTPUTS, assign_roles, find_branch_outputs, find_queries, find_readout,
+                                 layers_of)
 from lrtransfer.nn.wrapped import Custom
 from lrtransfer.options.model.own_init import OwnInit, seeded
 from lrtransfer.options.model.sources import source_hash
@@ -85,6 +86,9 @@ class CustomOptions:
     # own: each run starts from the module's own init for its seed; torch: PyTorch's default init of
     # every Linear, convolution and Embedding (what jobs computed before the key: no part of their ids)
     init: ModelInit = added(ModelInit.own, before=ModelInit.torch)
+    # The last layer of each residual branch (a glob over layer names, '*.c_proj'), where a depth rule
+    # multiplies the branch; "" finds the known families' (nanoGPT's and GPT-2's c_proj, Llama's o_proj, down_proj)
+    branch_outputs: str = added("")
     # The content hash of the files the model is built from (the conf file fills it in:
     # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does.
     source: str = ""
@@ -111,12 +115,6 @@ class CustomOptions:
             raise ConfigError(f"model.kwargs sets {overlap[0]}, which lrtransfer passes itself; "
                               f"set it with the config key instead ({', '.join(ARGUMENTS)})")
 
-    def check_with(self, cfg) -> None:
-        exponent = getattr(cfg.param, "depth_exponent", 0.0)
-        if exponent:
-            raise ConfigError(f"param.depth_exponent={exponent:g} multiplies the residual branches a built-in model "
-                              "makes; model=custom's branches are inside your module: multiply them there, "
-                              "and leave param.depth_exponent=0")
 
 
 OPTIONS = CustomOptions
@@ -147,6 +145,7 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     if options.readout and not readout.tied:
         readout.role = OUTPUT  # the user's word: this weight makes the logits
     find_queries(layers)
+    branches(layers, options.branch_outputs, param, target)
     own, ratios = None, None
     if options.init == ModelInit.own:
         own = own_init(make, width, net, options, given)
@@ -157,6 +156,21 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
                   output_dim=output_dim, output=options.output, attention_scale=scale,
                   scaled_modules=scale_attention(net, scale), explain=context_failure(target, layers, output_dim, fields),
                   own=own.values if own else None, own_ratios=ratios)
+
+
+def branches(layers, pattern: str, param, target: str) -> None:
+    """Find the residual branches' last layers (`roles.find_branch_outputs`): where a glob names none,
+    or a depth rule has none to multiply, one line."""
+    found = find_branch_outputs(layers, pattern)
+    if found or not (pattern or param.scales_depth()):
+        return
+    names = ", ".join(layer.path for layer in layers if layer.kind == "linear")
+    if pattern:
+        raise ConfigError(f"model.branch_outputs={pattern}: no Linear of model.target={target} matches it; "
+                          f"its Linears: {names[:300]}")
+    raise ConfigError(f"param={param.name} multiplies residual branches, and model.target={target} has none of "
+                      f"the known families' branch outputs ({', '.join(BRANCH_OUTPUTS)}): name each branch's last "
+                      f"Linear with a glob, model.branch_outputs='*.proj' (its Linears: {names[:200]})")
 
 
 _CHECKED: set = set()  # the configs whose own init was checked in this process (`OwnInit.check`)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix, is_one_dimensional
-from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED
+from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED, ConfigError
 
 
 
@@ -56,8 +56,8 @@ class Parameterization:
     name = "standard"
     base_width: int | None = None  # the width its rules are relative to (muP's); None: no base (SP)
 
-    def __init__(self, options, *, width: int, update: str) -> None:
-        self.options, self.width, self.update = options, width, update
+    def __init__(self, options, *, width: int, update: str, depth: int | None = None) -> None:
+        self.options, self.width, self.update, self.depth = options, width, update, depth
 
     # ---- hooks the model builder calls
     def residual_scales(self, depth: int) -> tuple[float, float]:
@@ -74,7 +74,15 @@ class Parameterization:
         own total mass, which only such a rule reads."""
         L = len(blocks)
         skip, branch = self.residual_scales(L) if rule == "auto" else RESIDUAL_RULES[rule](L)
+        for block in blocks:
+            for atom in block.atoms():
+                atom.in_branch = True
         return Sequential([Residual(b, skip=skip, branch=branch) for b in blocks])
+
+    def scales_depth(self) -> bool:
+        """Whether this rule multiplies residual branches by a depth rule of its own (a published
+        model must then have branch outputs to apply it to, `nn/roles.find_branch_outputs`); SP: no."""
+        return False
 
     def attention_scale(self, d_head: int) -> float:
         """The factor on attention logits q.k; SP: 1/sqrt(d_head)."""
@@ -98,8 +106,20 @@ class Parameterization:
         return 1.0, 1.0
 
     def set_multipliers(self, model: Module) -> None:
+        """Each atom's forward multipliers; the last layer of each of the model's own residual branches
+        (`Atom.branch_output`, a published model's) also carries the branch multiplier, exactly
+        as multiplying the branch: y = x W + b is its last operation."""
+        outputs = [a for a in model.atoms() if a.branch_output]
+        skip, branch = self.residual_scales(len(outputs)) if outputs else (1.0, 1.0)
+        if skip != 1.0:
+            raise ConfigError(f"param={self.name}'s residual rule multiplies the skip connection by {skip:.4g}: "
+                              "a model's own residual additions cannot be changed from outside it")
         for atom in model.atoms():
-            atom.set_multipliers(*self.multipliers(atom))
+            w, b = self.multipliers(atom)
+            if atom.branch_output:
+                atom.branch_mult = branch
+                w, b = w * branch, b * branch
+            atom.set_multipliers(w, b)
 
     # ---- initialisation, one run at a time so that a run's weights depend on its seed only
     def init_weight(self, atom: Atom, gen: torch.Generator) -> Tensor:

@@ -68,8 +68,8 @@ OPTIONS = EqualizedOptions
 class Equalized(Parameterization):
     name = "equalized"
 
-    def __init__(self, options: EqualizedOptions, *, width: int, update: str) -> None:
-        super().__init__(options, width=width, update=update)
+    def __init__(self, options: EqualizedOptions, *, width: int, update: str, depth: int | None = None) -> None:
+        super().__init__(options, width=width, update=update, depth=depth)
         self.gain = options.gain
         self.scale_bias = options.scale.value == "output"
 

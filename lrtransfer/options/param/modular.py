@@ -250,8 +250,8 @@ def targets(module: Module, target: float = 1.0) -> dict[Atom, float]:
 class Modular(Parameterization):
     name = "modular"
 
-    def __init__(self, options: ModularOptions, *, width: int, update: str) -> None:
-        super().__init__(options, width=width, update=update)
+    def __init__(self, options: ModularOptions, *, width: int, update: str, depth: int | None = None) -> None:
+        super().__init__(options, width=width, update=update, depth=depth)
         p = options
         self.dualize = p.update.value == "dualize"
         self.exact = p.norm_estimate.value == "exact"

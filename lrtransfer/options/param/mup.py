@@ -61,8 +61,10 @@ of a hidden matrix (Yang, Simon and Bernstein's spectral condition); every other
 is Adam-updated and follows the `ADAPTIVE` rules. `optim.scale=moonlight` makes the
 hidden update's spectral norm grow as sqrt(width): no rule of muP's applies, and it is
 refused (`check_with`).
-Depth (which `mup` lacks): residual branches are multiplied by L^-depth_exponent
-(0.5: depth-muP's 1/sqrt(L)); the default 0 leaves depth as SP has it.
+Depth (which `mup` lacks): residual branches are multiplied by L^-depth_exponent, L the number
+of branches (0.5: depth-muP's 1/sqrt(L)); the default 0 leaves depth as SP has it. A published
+model's branches are multiplied at their output projections (`set_multipliers`). `completep`
+adds a base depth and the LR and epsilon corrections that go with it.
 """
 
 from __future__ import annotations
@@ -155,8 +157,8 @@ LR_POWERS = {
 class MuP(Parameterization):
     name = "mup"
 
-    def __init__(self, options: MupOptions, *, width: int, update: str) -> None:
-        super().__init__(options, width=width, update=update)
+    def __init__(self, options: MupOptions, *, width: int, update: str, depth: int | None = None) -> None:
+        super().__init__(options, width=width, update=update, depth=depth)
         p = options
         if update not in LR_POWERS:
             raise ConfigError(
@@ -174,6 +176,9 @@ class MuP(Parameterization):
 
     def residual_scales(self, depth: int) -> tuple[float, float]:
         return 1.0, float(depth) ** -self.depth_exponent
+
+    def scales_depth(self) -> bool:
+        return self.depth_exponent != 0
 
     def multipliers(self, atom: Atom) -> tuple[float, float]:
         if atom.role == OUTPUT:

@@ -78,8 +78,8 @@ def spectral_scale(atom: Atom) -> float:
 class SpectralParam(Parameterization):
     name = "spectral"
 
-    def __init__(self, options: SpectralOptions, *, width: int, update: str) -> None:
-        super().__init__(options, width=width, update=update)
+    def __init__(self, options: SpectralOptions, *, width: int, update: str, depth: int | None = None) -> None:
+        super().__init__(options, width=width, update=update, depth=depth)
         self.sigma, self.init_kind = options.sigma, options.init.value
         self.exact = options.norm_estimate.value == "exact"
         self.spectral = Spectral(options.power_iters)
