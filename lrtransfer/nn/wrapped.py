@@ -320,7 +320,7 @@ class Custom(Module):
         out += zeroed
         if not self.attention or not param.rescales_attention():
             return out
-        rule = "muP's 1/d attention scale" if param.name == "mup" else f"param={param.name}'s attention rule"
+        rule = param.attention_rule or f"param={param.name}'s attention rule"
         where = ([f"the `scaling` of {len(self.scaled_modules)} attention modules ({listed(self.scaled_modules, 2)})"]
                  if self.scaled_modules else []) + (
                  [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]

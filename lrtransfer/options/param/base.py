@@ -55,6 +55,7 @@ RESIDUAL_RULES = {
 class Parameterization:
     name = "standard"
     base_width: int | None = None  # the width its rules are relative to (muP's); None: no base (SP)
+    attention_rule = ""  # its attention rule in words, for notes (empty: "param=NAME's attention rule")
 
     def __init__(self, options, *, width: int, update: str, depth: int | None = None) -> None:
         self.options, self.width, self.update, self.depth = options, width, update, depth

@@ -156,6 +156,7 @@ LR_POWERS = {
 
 class MuP(Parameterization):
     name = "mup"
+    attention_rule = "muP's 1/d attention scale"
 
     def __init__(self, options: MupOptions, *, width: int, update: str, depth: int | None = None) -> None:
         super().__init__(options, width=width, update=update, depth=depth)
