@@ -1,4 +1,4 @@
-"""Subword token files of the embedded default text, for the subword study (docs/models.md).
+"""Subword token files of the embedded default text, for the subword studies (docs/datasets.md).
 
 Trains a byte-level BPE (GPT-2's kind of tokenizer) of `--vocab` tokens on the embedded
 text (CPython's pydoc topics, what data=text reads) with the `tokenizers` library,
