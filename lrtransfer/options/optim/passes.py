@@ -31,7 +31,7 @@ PER_RUN_MIN = 2**15
 def split(tensors: Sequence[Tensor]) -> tuple[list[int], list[int]]:
     """(indices of the tensors updated for every run at once, of those updated run by run)."""
     each = [i for i, t in enumerate(tensors) if t[0].numel() >= PER_RUN_MIN]
-    return [i for i in range(len(tensors)) if i not in set(each)], each
+    return [i for i in range(len(tensors)) if i not in each], each
 
 
 def pick(values: Sequence | None, idx: Sequence[int]) -> list | None:

@@ -219,6 +219,12 @@ class Parameterization:
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def decay_mults(self, slots: Sequence[Slot], optim) -> list[float]:
+        """Each slot's factor on the weight decay: its wd_mult, 0 for a bias or norm gain under
+        `decay_1d: false`."""
+        keep_1d = getattr(optim, "decay_1d", True)
+        return [s.wd_mult if keep_1d or not is_one_dimensional(s) else 0.0 for s in slots]
+
     def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
         """Decoupled weight decay of each tensor, (K,) per slot: w <- (1 - decay) * w.
 
@@ -235,8 +241,7 @@ class Parameterization:
         With `decay_1d: false` biases and norm gains (`is_one_dimensional`) do not decay.
         """
         wd = optim.weight_decay
-        keep_1d = getattr(optim, "decay_1d", True)
-        mults = [s.wd_mult if keep_1d or not is_one_dimensional(s) else 0.0 for s in slots]
+        mults = self.decay_mults(slots, optim)
         if not isinstance(wd, Tensor):
             if not wd:
                 return None

@@ -26,12 +26,10 @@ whose only job is to undo the LR's 1/m, is not applied (`decays`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from torch import Tensor
 
 from lrtransfer.nn import HIDDEN, Atom, Slot
 from lrtransfer.options.param.mup import MuP, MupOptions
@@ -93,8 +91,9 @@ class CompleteP(MuP):
         """x m on hidden weights: torch's lr x wd kept fixed as the LR goes / m (`decay_scaling=lr`)."""
         return self.m if atom.role == HIDDEN and name == "weight" else 1.0
 
-    def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
+    def decay_mults(self, slots: Sequence[Slot], optim) -> list[float]:
+        mults = super().decay_mults(slots, optim)
         if optim.decay_scaling.value == "lr":
-            return super().decays(slots, lr, factor, optim)
+            return mults
         # independent: decay = wd per step, fixed across width already; x m would only undo an LR's 1/m
-        return super().decays([dataclasses.replace(s, wd_mult=1.0) for s in slots], lr, factor, optim)
+        return [1.0 if w else 0.0 for w in mults]
