@@ -109,7 +109,7 @@ def mup_models():
             self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(w), Attention(w), nn.LayerNorm(w), MLP(w)
 
     class GPT(nn.Module):
-        """nanoGPT's parameters (tests/test_published.py's GPT: names, shapes, the tie), the head a
+        """nanoGPT's parameters (tests/nanogpt_standin.py's GPT: names, shapes, the tie), the head a
         MuSharedReadout of the token table, as mup's own Transformer example ties it."""
 
         def __init__(self, w, vocab=40, context=16, layers=1):

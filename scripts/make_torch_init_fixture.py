@@ -4,7 +4,7 @@
 
 Run with an lrtransfer from before `model.init` (commit b592ecf: every Linear, Conv1D and
 Embedding drawn from PyTorch's default init per seed) first on the path, it trains nanoGPT's
-GPT (tests/test_published.py's file), transformers' GPT2LMHeadModel and LlamaForCausalLM from
+GPT (tests/nanogpt_standin.py), transformers' GPT2LMHeadModel and LlamaForCausalLM from
 tiny configs under `standard` and `mup`, two seeds x two LRs, 3 steps in float64, and writes
 each run's losses to tests/reference/torch_init.json. The test trains the same configs with
 `model.init=torch` (and, under `mup`, the old conventions: `param.tied_init=readout

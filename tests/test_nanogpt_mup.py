@@ -3,7 +3,8 @@ against nanoGPT and GPT-2 as published.
 
 tests/reference/nanogpt_mup.json is written by scripts/make_nanogpt_mup_fixture.py from their code
 (nanoGPT-mup's model.py with the epsilon fix, karpathy's nanoGPT, transformers' GPT-2): these tests
-read only its numbers. lrtransfer trains tests/test_published.py's nanoGPT file (karpathy's init).
+read only its numbers. lrtransfer trains tests/nanogpt_standin.py (karpathy's names, draws and
+init; LRTRANSFER_NANOGPT runs the original).
 
 - How muP changes each tensor from width 256 (the base) to 1024 is nanoGPT-mup's: init std (within
   5%: both are random draws), the readout's and the attention's multipliers, LR, epsilon and weight

@@ -29,7 +29,7 @@ CPU = ["engine.device=cpu"]
 
 @pytest.fixture(scope="module")
 def nanogpt(tmp_path_factory) -> str:
-    """The nanoGPT model file that the fixture's `{nanogpt}` stands for (tests/test_published.py's)."""
+    """The nanoGPT model file that the fixture's `{nanogpt}` stands for (tests/nanogpt_standin.py, or the original: tests/test_published.NANOGPT)."""
     from tests.test_published import NANOGPT
 
     path = tmp_path_factory.mktemp("reference") / "nanogpt_model.py"
