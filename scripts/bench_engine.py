@@ -12,9 +12,10 @@ Steady-state steps are timed (after warm-up), not a job's set-up or evaluation.
      --transformer-width; run-steps/s and their ratio.
   2. float32 (or --dtype): the batched engine (the ensembles `memory.chunk_size` chooses for
      the default grid of 11 LRs) against one run at a time, at --widths; and the batched
-     step's rate, GFLOP/s = 6 x params x batch x run-steps/s, as a share of torch.mm's rate
-     on the same products (forward, input- and weight-gradient of every layer, each timed on
-     its own) in the same numerics, measured in the same rounds.
+     step's rate, GFLOP/s = a step's matrix-product flops x run-steps/s (the forward, the weight
+     gradient and, past the first layer, the input gradient of every layer: what a step computes),
+     as a share of torch.mm's rate on the same products, each timed on its own, in the same
+     numerics, measured in the same rounds.
 
     python scripts/bench_engine.py                      # all of it, one thread (~10 min)
     python scripts/bench_engine.py --only 2 --widths 64,256 --processes
@@ -44,21 +45,20 @@ from pathlib import Path
 
 import torch
 
+# The threads the user's shell asked for, read before tests.conftest (imported next) sets
+# OMP_NUM_THREADS for the test suite: that setting is the suite's, not this run's.
+THREADS_ASKED = os.environ.get("OMP_NUM_THREADS")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
 from lrtransfer.sweeps.job import runs_of  # noqa: E402
-from lrtransfer.training import build, cache, engine, memory  # noqa: E402
+from lrtransfer.training import build, engine, memory  # noqa: E402
+from lrtransfer.training.allocator import keep_freed_memory  # noqa: E402
 from lrtransfer.training.precision import bf16_unit  # noqa: E402
 
 CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
 MLP = ["depth=3", "train.batch_size=64"]
 TRANSFORMER = ["model=transformer", "data=text", "depth=2", "model.heads=4", "data.seq_len=64", "train.batch_size=16"]
-
-
-def params_of(cfg, input_dim: int, classes: int) -> int:
-    w, d = cfg.width, cfg.depth
-    return (input_dim * w + w) + (d - 2) * (w * w + w) + (w * classes + classes)
 
 
 def timed(fn) -> float:
@@ -166,7 +166,8 @@ def machine(device: torch.device, rounds: int) -> float | None:
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
     else:
-        where = f"{cpu_model()}, {torch.get_num_threads()} thread(s), cache budget {cache.budget() / 2**20:.0f} MiB"
+        kept = "freed memory kept" if keep_freed_memory() else "the C library's allocator as it is"
+        where = f"{cpu_model()}, {torch.get_num_threads()} thread(s), {kept}"
     print(f"torch {torch.__version__}, {device}: {where}; load average {os.getloadavg()[0]:.1f} at the start")
     unit = bf16_unit(device)
     calls = {d: mm_calls([(1024, 1024, 1024)] * 4, device, d)[1] for d in ("float32", "bf16")}
@@ -200,7 +201,7 @@ def bf16_against_float32(widths: list[int], transformer_width: int, device: str,
 def batched_against_one_at_a_time(args, device: torch.device) -> None:
     """Section 2: the engine's chosen ensembles against one run at a time, and the share of torch.mm's rate."""
     print(f"2. {args.dtype}: the batched engine (its chosen ensembles of K runs) against one run at a time, "
-          "run-steps/s; GFLOP/s = 6 x params x batch x run-steps/s")
+          "run-steps/s; GFLOP/s = a step's matrix-product flops x run-steps/s")
     print(f"   {'width':>6} {'K':>3} " + (f"{'proc/run':>9} " if args.processes else "")
           + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5}")
     for width in args.widths:
@@ -208,13 +209,12 @@ def batched_against_one_at_a_time(args, device: torch.device) -> None:
                 f"engine.device={args.device}", *(CUSTOM if args.custom else [])]
         cfg, batched = ensemble(over)
         _, alone = ensemble(over, K=1)
-        flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * args.batch  # per run-step
-        mm_flop, mm = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch), device, args.dtype)
+        flop, mm = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch), device, args.dtype)
         reps = max(1, round(0.1 / max(timed(mm), 1e-6)))
         modes = {"batched": stepper(batched), "one": stepper(alone), "mm": lambda: [mm() for _ in range(reps)]}
         seconds = interleaved(modes, device, args.rounds)
         rate = {m: (batched.K if m == "batched" else 1) * modes[m].steps / seconds[m] for m in ("batched", "one")}
-        mm_rate = mm_flop * reps / seconds["mm"] / 1e9
+        mm_rate = flop * reps / seconds["mm"] / 1e9
         procs = ""
         if args.processes:
             per_run = one_process_per_run([*over, f"train.steps={args.steps}"], [r.log2_lr for r in runs_of(cfg)],
@@ -244,7 +244,7 @@ def profile(width: int, depth: int, batch: int, device: str, dtype: str) -> None
                          f"train.dtype={dtype}"])
     call = stepper(ens)
     t = interleaved({"step": call}, ens.device, 5)["step"] / call.steps * 1e3
-    flop = 6 * params_of(cfg, cfg.data.input_dim, cfg.data.classes) * batch * ens.K
+    flop = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, batch), ens.device, dtype)[0] * ens.K
     print(f"width {width}, ensembles of {ens.K} runs: {t:.2f} ms per step, {flop / t / 1e6:.1f} GFLOP/s")
     with torch.profiler.profile() as prof:
         for _ in range(10):
@@ -289,8 +289,9 @@ def main() -> None:
         device = build.select_device(args.device)
     except build.DeviceError as e:
         ap.error(str(e))
-    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)  # what a job gets by default (engine.threads=0)
+    if device.type == "cpu":  # as a job's process: OMP_NUM_THREADS, else one (engine.threads=0); memory reused
+        torch.set_num_threads(int(THREADS_ASKED or 1))
+        keep_freed_memory()
     if args.profile:
         profile(args.profile, args.depth, args.batch, args.device, args.dtype)
         return
