@@ -14,8 +14,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # One torch thread per test process, as a job gets by default (engine.threads=0): pytest-xdist
 # runs a process per core, and two threads each on a shared machine wait on each other.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# The cache probe's figure (training/cache.py) is kept for this session, in a folder of its own,
-# not in the user's cache folder; sweeps the tests start as processes read it there too.
+# What lrtransfer keeps in the user's cache folder (MNIST-1D's generated set) is kept for this
+# session in a folder of its own; sweeps the tests start as processes read it there too.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="lrtransfer-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from lrtransfer.training import stop
 from lrtransfer.nn.linalg import run_view
+from lrtransfer.training.allocator import keep_freed_memory
 from lrtransfer.training.memory import chunk_size
 from lrtransfer.training.precision import autocast, matmul_copies, matmul_precision
 from lrtransfer.training.results import RunResult, results_of
@@ -89,8 +90,8 @@ def train(
     stop is requested), and a saved state for the same runs is resumed from.
     """
     runs = list(runs)
-    # Batched: the runs in ensembles as large as the memory budget allows (one, for
-    # small models). Otherwise the reference path: one run at a time, same code.
+    # Batched: the runs in ensembles as large as the memory budget allows. Otherwise the
+    # reference path: one run at a time, same code.
     size = chunk_size(built, len(runs))
     chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
     key = [[run_key(r) for r in chunk] for chunk in chunks]
@@ -166,6 +167,8 @@ class Ensemble:
         self.built, self.train, self.runs, self.task = built, built.train, runs, built.task
         device, dtype = built.device, built.dtype
         self.K, self.steps, self.device = len(runs), self.train.steps, device
+        if device.type == "cpu":  # a step's large blocks reused, not mapped afresh (`allocator`)
+            keep_freed_memory()
         # Each per-run key's values, (K,) float64 on the device: the options that take one
         # value per run get these in place of their scalar (`build.per_run`).
         self.values = per_run_values(runs, device)

@@ -1,6 +1,5 @@
-"""How many runs train together: each ensemble sized to the memory budget and, on a CPU, to
-this job's share of the last-level cache; and a refusal, before any training, of a run that
-cannot fit at all.
+"""How many runs train together: each ensemble as large as the memory budget allows; and a
+refusal, before any training, of a run that cannot fit at all.
 
 A run's sizes are measured by a forward pass on the meta device, so nothing is
 allocated to find out.
@@ -16,20 +15,18 @@ from typing import TYPE_CHECKING
 import torch
 
 from lrtransfer.errors import UserError
-from lrtransfer.training.cache import budget as cache_budget
 
 if TYPE_CHECKING:
     from lrtransfer.training.build import Built
 
 
 def chunk_size(built: Built, K: int) -> int:
-    """Runs per ensemble: engine.chunk if set; else as many as the memory budget allows
-    and, on a CPU, as keep the ensemble's optimizer working set within this job's share
-    of the last-level cache (`cache.budget`), in chunks of equal size.
+    """Runs per ensemble: engine.chunk if set; else as many as the memory budget allows, in
+    chunks of equal size.
 
-    Past the cache, every elementwise pass (optimizer, activations) runs at memory
-    speed, and one run at a time is faster than an ensemble (docs/performance.md);
-    on a GPU only the memory budget applies.
+    No cache bound on a CPU: once a step reuses its memory (`allocator`), the largest
+    ensemble measured fastest at every width, the whole ensemble far past the last-level
+    cache included (docs/performance.md, "Ensemble size").
     """
     engine = built.engine
     if not engine.batched:
@@ -37,10 +34,7 @@ def chunk_size(built: Built, K: int) -> int:
     if engine.chunk > 0:
         return min(K, engine.chunk)
     fp = footprint(built)
-    limit = int(engine.max_memory_gb * 2**30 // fp.bytes_per_run)
-    if built.device.type == "cpu":
-        limit = min(limit, cache_budget() // fp.working_set_per_run)
-    limit = max(1, min(K, limit))
+    limit = max(1, min(K, int(engine.max_memory_gb * 2**30 // fp.bytes_per_run)))
     chunks = math.ceil(K / limit)
     return math.ceil(K / chunks)
 
@@ -88,17 +82,11 @@ class Footprint:
     batch: int
 
     @property
-    def working_set_per_run(self) -> int:
-        """What every step streams through: for the optimizer, weight, gradient, two moments
-        and direction; for the forward and backward, every layer's output at the batch size.
-        In an MLP the weights dominate; in a conv net the activations."""
-        return (5 * self.weights + self.outputs * self.batch) * self.element
-
-    @property
     def bytes_per_run(self) -> int:
-        """Training memory: the working set plus every layer output twice more (what
-        backward saves, its gradient): three copies of the activations in all."""
-        return self.working_set_per_run + 2 * self.outputs * self.batch * self.element + 1
+        """Training memory: weight, gradient, two moments and direction for the optimizer, and
+        every layer's output at the batch size three times (the forward's, what backward
+        saves, its gradient)."""
+        return (5 * self.weights + 3 * self.outputs * self.batch) * self.element + 1
 
 
 def footprint(built: Built) -> Footprint:
