@@ -164,6 +164,10 @@ CATALOGUE = [
     ("CompleteP base depth below 1", ["param=completep", "param.base_depth=0"], "param.base_depth must be positive, got 0"),
     ("CompleteP with SGD", ["param=completep", "optim=sgd"],
      "param=completep has rules for Adam-type optimizers only (their updates are adaptive), not for one whose updates are gradient"),
+    ("CompleteP with another residual rule", ["model=resnet", "param=completep", "model.residual=sqrt_depth"],
+     "model.residual=sqrt_depth: param=completep multiplies the residual branches by its own L^-alpha (param.alpha, "
+     "param.base_depth) and corrects the LR and epsilon inside them for it; valid: model.residual=auto "
+     "(or param=mup with model.residual=sqrt_depth)"),
     ("CompleteP on a custom model without branches", ["model=custom", "model.target={models}:build", "param=completep"],
      "param=completep multiplies residual branches, and model.target={models}:build has none of the known families' branch outputs"),
     ("branch outputs that match no layer", ["model=custom", "model.target={models}:build", "model.branch_outputs=*.c_proj"],

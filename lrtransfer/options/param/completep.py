@@ -79,6 +79,15 @@ class CompleteP(MuP):
     def scales_depth(self) -> bool:
         return True
 
+    def residual_stack(self, blocks, *, rule: str = "auto", mass: float = 1.0):
+        """Only its own rule: the LR and epsilon inside the branches are corrected for L^-alpha, and
+        another branch multiplier would keep the corrections without the multiplier they are for."""
+        if rule != "auto":
+            raise ConfigError(f"model.residual={rule}: param=completep multiplies the residual branches by its own "
+                              f"L^-alpha (param.alpha, param.base_depth) and corrects the LR and epsilon inside them "
+                              f"for it; valid: model.residual=auto (or param=mup with model.residual={rule})")
+        return super().residual_stack(blocks, rule=rule, mass=mass)
+
     def lr_multiplier(self, atom: Atom, name: str) -> float:
         mup = super().lr_multiplier(atom, name)
         return mup * self.L ** (self.alpha - 1) if atom.in_branch else mup
