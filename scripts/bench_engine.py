@@ -15,7 +15,8 @@ Steady-state steps are timed (after warm-up), not a job's set-up or evaluation.
      step's rate, GFLOP/s = a step's matrix-product flops x run-steps/s (the forward, the weight
      gradient and, past the first layer, the input gradient of every layer: what a step computes),
      as a share of torch.mm's rate on the same products, each timed on its own, in the same
-     numerics, measured in the same rounds.
+     numerics, measured in the same rounds; and as a share of torch.bmm's on the same products
+     for K different runs at once (what the ensemble's products are: K weights, not one).
 
     python scripts/bench_engine.py                      # all of it, one thread (~10 min)
     python scripts/bench_engine.py --only 2 --widths 64,256 --processes
@@ -92,11 +93,13 @@ def element(dtype: str) -> torch.dtype:
     return {"bf16": torch.bfloat16, "bf16_autocast": torch.bfloat16, "float64": torch.float64}.get(dtype, torch.float32)
 
 
-def mm_calls(shapes: list[tuple[int, int, int]], device: torch.device, dtype: str):
+def mm_calls(shapes: list[tuple[int, int, int]], device: torch.device, dtype: str, runs: int = 1):
     """(flops, a call doing torch.mm once on each (m, k, n) of `shapes`) in the numerics of train.dtype
-    `dtype` (TF32 allowed for tf32 only)."""
-    pairs = [(torch.randn(m, k, device=device, dtype=element(dtype)), torch.randn(k, n, device=device, dtype=element(dtype)))
-             for m, k, n in shapes]
+    `dtype` (TF32 allowed for tf32 only); with runs K > 1, torch.bmm on K different pairs of each
+    shape at once, as an ensemble's step multiplies K runs' different weights."""
+    lead = (runs,) if runs > 1 else ()
+    pairs = [(torch.randn(*lead, m, k, device=device, dtype=element(dtype)),
+              torch.randn(*lead, k, n, device=device, dtype=element(dtype))) for m, k, n in shapes]
 
     def call() -> None:
         tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -107,7 +110,7 @@ def mm_calls(shapes: list[tuple[int, int, int]], device: torch.device, dtype: st
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32
 
-    return sum(2 * m * k * n for m, k, n in shapes), call
+    return runs * sum(2 * m * k * n for m, k, n in shapes), call
 
 
 def step_shapes(cfg, input_dim: int, classes: int, batch: int) -> list[tuple[int, int, int]]:
@@ -203,18 +206,24 @@ def batched_against_one_at_a_time(args, device: torch.device) -> None:
     print(f"2. {args.dtype}: the batched engine (its chosen ensembles of K runs) against one run at a time, "
           "run-steps/s; GFLOP/s = a step's matrix-product flops x run-steps/s")
     print(f"   {'width':>6} {'K':>3} " + (f"{'proc/run':>9} " if args.processes else "")
-          + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5}")
+          + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5} "
+          + f"{'bmm GFLOP/s':>11} {'b/bmm':>6}")
     for width in args.widths:
         over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"train.dtype={args.dtype}",
                 f"engine.device={args.device}", *(CUSTOM if args.custom else [])]
         cfg, batched = ensemble(over)
         _, alone = ensemble(over, K=1)
-        flop, mm = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch), device, args.dtype)
+        shapes = step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch)
+        flop, mm = mm_calls(shapes, device, args.dtype)
+        bflop, bmm = mm_calls(shapes, device, args.dtype, runs=batched.K)  # the ensemble's K weights, not one
         reps = max(1, round(0.1 / max(timed(mm), 1e-6)))
-        modes = {"batched": stepper(batched), "one": stepper(alone), "mm": lambda: [mm() for _ in range(reps)]}
+        breps = max(1, round(0.1 / max(timed(bmm), 1e-6)))
+        modes = {"batched": stepper(batched), "one": stepper(alone), "mm": lambda: [mm() for _ in range(reps)],
+                 "bmm": lambda: [bmm() for _ in range(breps)]}
         seconds = interleaved(modes, device, args.rounds)
         rate = {m: (batched.K if m == "batched" else 1) * modes[m].steps / seconds[m] for m in ("batched", "one")}
         mm_rate = flop * reps / seconds["mm"] / 1e9
+        bmm_rate = bflop * breps / seconds["bmm"] / 1e9
         procs = ""
         if args.processes:
             per_run = one_process_per_run([*over, f"train.steps={args.steps}"], [r.log2_lr for r in runs_of(cfg)],
@@ -222,7 +231,8 @@ def batched_against_one_at_a_time(args, device: torch.device) -> None:
             procs = f"{args.steps / per_run:>9.1f} "
         g = rate["batched"] * flop / 1e9
         print(f"   {width:>6} {batched.K:>3} {procs}{rate['one']:>9.1f} {rate['batched']:>9.1f} "
-              f"{rate['batched'] / rate['one']:>6.2f} {g:>8.1f} {mm_rate:>10.1f} {g / mm_rate:>5.0%}")
+              f"{rate['batched'] / rate['one']:>6.2f} {g:>8.1f} {mm_rate:>10.1f} {g / mm_rate:>5.0%} "
+              f"{bmm_rate:>11.1f} {g / bmm_rate:>6.0%}")
         sys.stdout.flush()
 
 
