@@ -5,7 +5,8 @@
 # steps (2^-11..2^-4; 2^-13, 2^-12 added where mup's optimum was at the low edge), seeds 0, 1, 2, under
 #   mup (base width 64: no width rule in play; no depth rule),
 #   mup param.depth_exponent=0.5 (depth-muP's branch multiplier, L = 2 n_layer branches, no LR rule),
-#   completep (base width 64, base depth 2, alpha 1: branches x (n_layer/2)^-1, LR and epsilon inside them);
+#   completep (base width 64, base depth 2, alpha 1: branches x (n_layer/2)^-1, LR and epsilon inside them),
+#   and at alpha 0.5 (branches x (n_layer/2)^-0.5, its LR and epsilon corrections);
 # two worker processes of one thread (needs `pip install "lrtransfer[joblib]"`). Then the summary and figures.
 # Usage: scripts/completep_depth_study.sh NANOGPT_DIR [RESULTS_DIR] [extra overrides...]
 # Re-running resumes: finished jobs are skipped.
@@ -24,7 +25,7 @@ common=(model=custom "model.target=$MODEL:GPT" "model.config=$MODEL:GPTConfig" m
   engine.threads=1 hydra/launcher=parallel hydra.launcher.n_jobs=2 name=completep_depth results_dir="$RESULTS")
 grid=(depth=2,4,8,16 lr.log2_min=-11 lr.log2_max=-4)
 $LRT sweep "${common[@]}" "${grid[@]}" param=mup param.depth_exponent=0,0.5 "$@"
-$LRT sweep "${common[@]}" "${grid[@]}" param=completep param.base_depth=2 param.alpha=1 "$@"
+$LRT sweep "${common[@]}" "${grid[@]}" param=completep param.base_depth=2 param.alpha=1,0.5 "$@"
 # mup without a depth rule found its depth-16 optimum at the grid's low edge (2^-11): two more LRs below it
 $LRT sweep "${common[@]}" depth=16 lr.log2_min=-13 lr.log2_max=-12 param=mup param.depth_exponent=0 "$@"
 echo "== sweep: $(( $(date +%s) - start )) s"
