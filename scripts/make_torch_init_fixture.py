@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +33,7 @@ def main() -> None:
     from tests.conftest import typed
     from tests.test_published import FAMILIES, NANOGPT, SMALL
 
-    path = Path(tempfile.mkdtemp()) / "nanogpt_model.py"
-    path.write_text(NANOGPT)
+    path = NANOGPT
     runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
     doc = {"lrtransfer": str(Path(lrtransfer.__file__).parent), "torch": torch.__version__, "cases": {}}
     for family, over in FAMILIES.items():

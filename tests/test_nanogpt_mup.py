@@ -41,9 +41,8 @@ CONSTANTS = ["param.hidden_std=0.02", "param.attn_mult=1", "param.zero_query=fal
 
 
 @pytest.fixture(scope="module")
-def nanogpt(tmp_path_factory) -> list[str]:
-    path = tmp_path_factory.mktemp("nanogpt") / "model.py"
-    path.write_text(NANOGPT)
+def nanogpt() -> list[str]:
+    path = NANOGPT
     return ["model=custom", f"model.target={path}:GPT", f"model.config={path}:GPTConfig", "model.width_key=n_embd",
             "model.depth_key=n_layer", f"model.config_kwargs={{n_head: {SHAPES['heads']}}}", f"depth={SHAPES['layers']}",
             "data=text", "engine.device=cpu"]

@@ -25,7 +25,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built h
 
 # nanoGPT's GPT(config): a stand-in written here with its names, draws and interface
 # (tests/nanogpt_standin.py says what it keeps), or nanoGPT's own model.py where LRTRANSFER_NANOGPT names it.
-NANOGPT = Path(os.environ.get("LRTRANSFER_NANOGPT") or Path(__file__).parent / "nanogpt_standin.py").read_text()
+NANOGPT = Path(os.environ.get("LRTRANSFER_NANOGPT") or Path(__file__).parent / "nanogpt_standin.py").resolve()
 
 NO_DROPOUT = "resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0"
 FAMILIES = {
@@ -44,15 +44,12 @@ SMALL = ["data=text", "data.seq_len=8", "data.eval_size=4", "train.batch_size=2"
 
 
 @pytest.fixture(params=list(FAMILIES))
-def family(request, tmp_path_factory):
+def family(request):
     """(name, the overrides that build it as model=custom)."""
     name = request.param
     if name != "nanogpt":
         pytest.importorskip("transformers", reason="transformers is in the hf extra")
-    path = tmp_path_factory.getbasetemp() / "nanogpt_model.py"
-    if not path.exists():
-        path.write_text(NANOGPT)
-    return name, ["model=custom", *(o.format(path=path) for o in FAMILIES[name])]
+    return name, ["model=custom", *(o.format(path=NANOGPT) for o in FAMILIES[name])]
 
 
 def rows(cli, over, *more):
@@ -174,9 +171,7 @@ def test_each_note_once_a_job_and_the_models_prints_in_its_log(tmp_path):
     "loss of its own" said once a job, its "number of parameters" in each job's log and not on the
     console, PyTorch's missing-batching-rule warning (from nanoGPT's attention at the base width and
     from the rescaled call at twice it) once."""
-    path = tmp_path / "nanogpt_model.py"
-    path.write_text(NANOGPT)
-    over = [o.format(path=path) for o in FAMILIES["nanogpt"]]
+    over = [o.format(path=NANOGPT) for o in FAMILIES["nanogpt"]]
     out = subprocess.run(lrtransfer_cmd() + ["sweep", "model=custom", *over, *SMALL, "width=16,32", "param=mup",
                                              "param.base_width=16", "train.steps=2", "lr.log2_min=-8", "lr.log2_max=-7",
                                              "engine.chunk=1", f"results_dir={tmp_path}", "name=n"],
@@ -192,9 +187,7 @@ def test_each_note_once_a_job_and_the_models_prints_in_its_log(tmp_path):
 
 def test_inspect_says_each_note_once_a_width(cli, tmp_path):
     """As a note under each width's table, not as a warning besides (nor a log line)."""
-    path = tmp_path / "nanogpt_model.py"
-    path.write_text(NANOGPT)
-    over = ["model=custom", *(o.format(path=path) for o in FAMILIES["nanogpt"])]
+    over = ["model=custom", *(o.format(path=NANOGPT) for o in FAMILIES["nanogpt"])]
     code, out, err = cli("inspect", *over, *SMALL, "width=16,32", "param=mup", "param.base_width=16")
     assert code == 0 and not err.strip(), err
     assert out.count("note: model.target=") == 2 and out.count("returns a loss of its own") == 2, out

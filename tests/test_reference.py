@@ -28,13 +28,11 @@ CPU = ["engine.device=cpu"]
 
 
 @pytest.fixture(scope="module")
-def nanogpt(tmp_path_factory) -> str:
+def nanogpt() -> str:
     """The nanoGPT model file that the fixture's `{nanogpt}` stands for (tests/nanogpt_standin.py, or the original: tests/test_published.NANOGPT)."""
     from tests.test_published import NANOGPT
 
-    path = tmp_path_factory.mktemp("reference") / "nanogpt_model.py"
-    path.write_text(NANOGPT)
-    return str(path)
+    return str(NANOGPT)
 
 
 def mup_cfg(model: dict, width: str, optim: str, nanogpt: str):

@@ -92,14 +92,13 @@ def test_a_token_model_gets_the_datas_vocabulary_and_context(nano, tmp_path):
     cfg = typed("model=transformer", *SMALL, *tokens(folder))
     net = build.job(cfg).new_model(build.parameterization(cfg), 1)
     assert {tuple(p.shape[1:]) for n, p in net.named_parameters() if p.dim() == 3} >= {(40, 16), (SEQ, 16), (16, 40)}
-    (tmp_path / "model.py").write_text(NANOGPT)
-    cfg = typed(*nanogpt(tmp_path), *SMALL, *tokens(folder))
+    cfg = typed(*nanogpt(), *SMALL, *tokens(folder))
     config = build.job(cfg).new_model(build.parameterization(cfg), 1).net.config
     assert (config.vocab_size, config.block_size) == (40, SEQ)
 
 
-def nanogpt(folder):
-    path = folder / "model.py"
+def nanogpt():
+    path = NANOGPT
     return ["model=custom", f"model.target={path}:GPT", f"model.config={path}:GPTConfig", "model.width_key=n_embd",
             "model.depth_key=n_layer", "model.config_kwargs={n_head: 2}"]
 
@@ -352,8 +351,7 @@ def test_a_sweep_of_the_transformer_and_nanogpt(cli, nano, request, tmp_path, da
         over = hf_disk(root, f"data.tokenizer={root / 'tokenizer.json'}")
     else:
         over = tokens(folder) if data == "bin" else tokens(folder, "train.npy", "val.npy")
-    (tmp_path / "model.py").write_text(NANOGPT)
-    for model in (["model=transformer"], nanogpt(tmp_path)):
+    for model in (["model=transformer"], nanogpt()):
         code, out, err = cli("sweep", *SMALL, *model, *over, f"results_dir={tmp_path}", "name=s")
         assert code == 0, err
     records = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/record.json")]

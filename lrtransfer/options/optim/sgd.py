@@ -54,12 +54,12 @@ class Optimizer:
 
     @torch.no_grad()
     def directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
-        d = self._directions(grads)
-        if d is self.buf:  # the caller scales directions in place: never the buffers themselves
-            for out, b in zip(self.scratch, self.buf):
-                out.copy_(b)
-            return self.scratch
-        return d
+        return self._scalable(self._directions(grads), range(len(self.tensors)))
+
+    def _scalable(self, directions: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
+        """The directions of tensors idx, for the caller to scale in place: a momentum buffer
+        among them is copied to its scratch first, never handed out itself."""
+        return [self.scratch[i].copy_(directions[i]) if directions[i] is self.buf[i] else directions[i] for i in idx]
 
     def _directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
         """The step's directions, which the caller must not modify: the momentum buffers themselves
@@ -87,9 +87,8 @@ class Optimizer:
         directions = self._directions(grads)
         copies = copies if copies is not None else [None] * len(self.tensors)
         small, large = self._split
-        scratch = [out.copy_(d) if d is b else d for d, b, out in  # never scale the buffers themselves
-                   zip(pick(directions, small), pick(self.buf, small), pick(self.scratch, small))]
-        passes.whole(pick(self.tensors, small), scratch, pick(rates, small), pick(decays, small), pick(copies, small))
+        passes.whole(pick(self.tensors, small), self._scalable(directions, small), pick(rates, small),
+                     pick(decays, small), pick(copies, small))
         w, d, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, directions, copies))
         r, dec = passes.floats(pick(rates, large)), passes.floats(pick(decays, large))
         for k in runs if large else ():

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-
 from lrtransfer.nn import HIDDEN, Atom, Slot
 from lrtransfer.options.param.mup import MuP, MupOptions
 from lrtransfer.options.schema import ADAPTIVE, ConfigError, positive
