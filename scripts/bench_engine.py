@@ -182,7 +182,17 @@ def machine(device: torch.device, rounds: int) -> float | None:
     print(f"0. bf16 products: {said}; torch.mm 1024^3: float32 "
           f"{flops / s['float32'] / 1e9:.0f} GFLOP/s, bf16 {flops / s['bf16'] / 1e9:.0f} GFLOP/s, "
           f"bf16/fp32 {ratio:.2f}x" + ("" if unit else " (no bf16 matrix unit: no speed-up to expect)"))
+    if device.type == "cuda":  # the GPU's own ceiling: a product large enough to fill it
+        n = 8192
+        peak = {d: mm_calls([(n, n, n)], device, d)[1] for d in ("float32", "tf32", "bf16")}
+        s = interleaved(peak, device, rounds)
+        PEAK.update({d: 2 * n**3 / s[d] / 1e9 for d in peak})
+        print(f"   torch.mm {n}^3 (the GPU's measured matmul rate): "
+              + ", ".join(f"{d} {PEAK[d] / 1e3:.0f} TFLOP/s" for d in peak))
     return ratio
+
+
+PEAK: dict[str, float] = {}  # GFLOP/s of torch.mm at 8192^3 per train.dtype (section 0, on a GPU)
 
 
 def bf16_against_float32(widths: list[int], transformer_width: int, device: str, rounds: int) -> None:
@@ -201,21 +211,22 @@ def bf16_against_float32(widths: list[int], transformer_width: int, device: str,
         sys.stdout.flush()
 
 
-def batched_against_one_at_a_time(args, device: torch.device) -> None:
+def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> None:
     """Section 2: the engine's chosen ensembles against one run at a time, and the share of torch.mm's rate."""
-    print(f"2. {args.dtype}: the batched engine (its chosen ensembles of K runs) against one run at a time, "
+    peak = PEAK.get("bf16" if dtype in ("bf16", "bf16_autocast") else dtype)
+    print(f"2. {dtype}: the batched engine (its chosen ensembles of K runs) against one run at a time, "
           "run-steps/s; GFLOP/s = a step's matrix-product flops x run-steps/s")
     print(f"   {'width':>6} {'K':>3} " + (f"{'proc/run':>9} " if args.processes else "")
           + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5} "
-          + f"{'bmm GFLOP/s':>11} {'b/bmm':>6}")
+          + f"{'bmm GFLOP/s':>11} {'b/bmm':>6}" + (f" {'b/peak':>6}" if peak else ""))
     for width in args.widths:
-        over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"train.dtype={args.dtype}",
+        over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"train.dtype={dtype}",
                 f"engine.device={args.device}", *(CUSTOM if args.custom else [])]
         cfg, batched = ensemble(over)
         _, alone = ensemble(over, K=1)
         shapes = step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch)
-        flop, mm = mm_calls(shapes, device, args.dtype)
-        bflop, bmm = mm_calls(shapes, device, args.dtype, runs=batched.K)  # the ensemble's K weights, not one
+        flop, mm = mm_calls(shapes, device, dtype)
+        bflop, bmm = mm_calls(shapes, device, dtype, runs=batched.K)  # the ensemble's K weights, not one
         reps = max(1, round(0.1 / max(timed(mm), 1e-6)))
         breps = max(1, round(0.1 / max(timed(bmm), 1e-6)))
         modes = {"batched": stepper(batched), "one": stepper(alone), "mm": lambda: [mm() for _ in range(reps)],
@@ -232,7 +243,7 @@ def batched_against_one_at_a_time(args, device: torch.device) -> None:
         g = rate["batched"] * flop / 1e9
         print(f"   {width:>6} {batched.K:>3} {procs}{rate['one']:>9.1f} {rate['batched']:>9.1f} "
               f"{rate['batched'] / rate['one']:>6.2f} {g:>8.1f} {mm_rate:>10.1f} {g / mm_rate:>5.0%} "
-              f"{bmm_rate:>11.1f} {g / bmm_rate:>6.0%}")
+              f"{bmm_rate:>11.1f} {g / bmm_rate:>6.0%}" + (f" {g / peak:>6.0%}" if peak else ""))
         sys.stdout.flush()
 
 
@@ -256,10 +267,15 @@ def profile(width: int, depth: int, batch: int, device: str, dtype: str) -> None
     t = interleaved({"step": call}, ens.device, 5)["step"] / call.steps * 1e3
     flop = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, batch), ens.device, dtype)[0] * ens.K
     print(f"width {width}, ensembles of {ens.K} runs: {t:.2f} ms per step, {flop / t / 1e6:.1f} GFLOP/s")
-    with torch.profiler.profile() as prof:
+    cuda = ens.device.type == "cuda"
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=acts) as prof:
         for _ in range(10):
             ens.step()
+        sync(ens.device)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    if cuda:  # the GPU's side: how long its kernels run, against the host's time to launch them
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=12))
 
 
 def compiled(width: int, depth: int, batch: int, device: str) -> None:
@@ -291,10 +307,13 @@ def main() -> None:
     ap.add_argument("--profile", type=int, metavar="WIDTH", help="profile a steady-state step at WIDTH instead")
     ap.add_argument("--compile", type=int, metavar="WIDTH", help="time a step eager and under torch.compile instead")
     ap.add_argument("--device", default="cpu", help="engine.device: cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bf16", "tf32"], help="section 2's train.dtype")
+    ap.add_argument("--dtype", default="float32", help="section 2's train.dtype, or several: float32,tf32,bf16")
     ap.add_argument("--skip-processes", action="store_true", help=argparse.SUPPRESS)  # the default now
     args = ap.parse_args()
     args.widths = [int(w) for w in args.widths.split(",")]
+    args.dtypes = args.dtype.split(",")
+    if bad := [d for d in args.dtypes if d not in ("float32", "tf32", "bf16")]:
+        ap.error(f"--dtype {bad[0]!r}: valid are float32, tf32, bf16")
     try:
         device = build.select_device(args.device)
     except build.DeviceError as e:
@@ -303,7 +322,7 @@ def main() -> None:
         torch.set_num_threads(int(THREADS_ASKED or 1))
         keep_freed_memory()
     if args.profile:
-        profile(args.profile, args.depth, args.batch, args.device, args.dtype)
+        profile(args.profile, args.depth, args.batch, args.device, args.dtypes[0])
         return
     if args.compile:
         compiled(args.compile, args.depth, args.batch, args.device)
@@ -313,7 +332,8 @@ def main() -> None:
         bf16_against_float32([int(w) for w in args.bf16_widths.split(",")], args.transformer_width, args.device,
                              args.rounds)
     if args.only in (None, 2):
-        batched_against_one_at_a_time(args, device)
+        for dtype in args.dtypes:
+            batched_against_one_at_a_time(args, device, dtype)
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
           f"load average {os.getloadavg()[0]:.1f} at the end")
 

@@ -3,20 +3,22 @@
 # a lent GPU machine whose image has PyTorch (CUDA) but not Hydra, and no package registry.
 #
 #   scripts/gpu_session.sh wheels       # here, with the registries: Hydra's wheels into .gpu-wheels/
-#   scripts/gpu_session.sh tests  OUT   # there (carry .gpu-wheels): install, the cuda tests, then the suite
-#   scripts/gpu_session.sh bench  OUT   # there: bench_engine on the GPU, float32 and bf16, widths 64..8192
+#   scripts/gpu_session.sh tests  OUT   # there (carry .gpu-wheels): install, then the cuda tests
+#   scripts/gpu_session.sh suite  OUT   # there: the whole suite, 8 workers (optional extras missing there skip)
+#   scripts/gpu_session.sh bench  OUT   # there: bench_engine on the GPU, float32, TF32 and bf16, widths 64..8192
 #   scripts/gpu_session.sh study  OUT [OVERRIDES]  # there: the transformer width study, 128..2048,
 #                                       # 3 seeds; re-running resumes, finished jobs are skipped
+#   NANOGPT_DIR=DIR scripts/gpu_session.sh published OUT  # there: GPT-2 and nanoGPT as published
 #
 # Every part but `wheels` installs first (seconds once installed) and writes its logs and
 # records under OUT. PYTHON (default python3) is the interpreter that holds the CUDA torch.
 set -euo pipefail
-part=${1:?usage: scripts/gpu_session.sh wheels|tests|bench|study [OUT]}
+part=${1:?usage: scripts/gpu_session.sh wheels|tests|suite|bench|study|published [OUT]}
 OUT=${2:-gpu-out}
 PY=${PYTHON:-python3}
 WHEELS=.gpu-wheels
 # Hydra and what it pins, none of them in the GPU image; pure Python, any interpreter.
-NEEDED=("hydra-core>=1.3.2,<1.4" "omegaconf>=2.3,<2.4" "antlr4-python3-runtime==4.9.*")
+NEEDED=("hydra-core>=1.3.2,<1.4" "omegaconf>=2.3,<2.4" "antlr4-python3-runtime==4.9.*" "hydra-joblib-launcher>=1.2.0")
 
 install() {
   if ! "$PY" -c "import hydra, lrtransfer" 2>/dev/null; then
@@ -34,20 +36,25 @@ EOF
 case $part in
   wheels)
     "$PY" -m pip download -q --no-deps -d "$WHEELS" "${NEEDED[@]}"
+    # antlr4's runtime is an sdist: built into a wheel here, where setuptools is at hand
+    for sdist in "$WHEELS"/*.tar.gz; do
+      [ -e "$sdist" ] && "$PY" -m pip wheel -q --no-deps -w "$WHEELS" "$sdist" && rm "$sdist"
+    done
     ls "$WHEELS"
     ;;
   tests)
     install
     "$PY" -m pytest -q -rs -m cuda tests/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
-    # the rest of the suite as the GPU image can run it (optional extras missing there skip)
-    "$PY" -m pytest -q -rf 2>&1 | tail -n 40 >"$OUT/suite.log" || true
-    tail -n 3 "$OUT/suite.log"
+    ;;
+  suite)
+    install
+    "$PY" -m pytest -q -rf -n 8 -m "not cuda" 2>&1 | tail -n 40 | tee "$OUT/suite.log" || true
     ;;
   bench)
     install
     # the bf16/fp32 matmul ratio, bf16 against float32, then batched against one run at a time
     "$PY" scripts/bench_engine.py --device cuda --widths 64,256,1024,4096,8192 --bf16-widths 1024,4096 \
-      --transformer-width 1024 2>&1 | tee "$OUT/bench.log"
+      --transformer-width 1024 --dtype float32,tf32,bf16 --rounds 5 "${@:3}" 2>&1 | tee "$OUT/bench.log"
     ;;
   study)
     install
@@ -57,8 +64,42 @@ case $part in
       param=standard,mup,modular engine.device=cuda train.dtype=bf16 engine.max_memory_gb=60 \
       name=transformer-gpu results_dir="$OUT" "${@:3}" 2>&1 | tail -n 60 | tee "$OUT/study.log"
     ;;
+  published)
+    # docs/published-models.md's GPU studies, side by side on the one GPU (three sweeps of 4 jobs at a time, TF32,
+    # 15 GiB each): GPT-2 as published (transformers, its own init) at widths 128..2048 under standard
+    # and mup, and nanoGPT as published (NANOGPT_DIR/model.py, not part of this project) at depths
+    # 2..16 under mup and completep. Records (no checkpoints) end up in OUT/published.tar.gz;
+    # re-running with that tarball unpacked in OUT resumes, finished jobs skipped.
+    install
+    export HF_HUB_OFFLINE=1
+    NANOGPT=${NANOGPT_DIR:?set NANOGPT_DIR to the folder of nanoGPT model.py}
+    LIMIT=${LIMIT:-520}
+    gpu=(engine.device=cuda train.dtype=tf32 engine.max_memory_gb=15 hydra/launcher=parallel
+         hydra.launcher.n_jobs=4 data=text data.seq_len=64 data.eval_size=256 train.batch_size=32
+         train.steps=1000 seed=0,1,2 results_dir="$OUT/published")
+    start=$(date +%s)
+    timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom model.target=transformers:GPT2LMHeadModel \
+      model.config=transformers:GPT2Config model.width_key=n_embd model.depth_key=n_layer \
+      model.config_kwargs='{n_head: 4, activation_function: gelu_pytorch_tanh, resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0}' \
+      depth=2 width=128,256,512,1024,2048 param=standard,mup lr.log2_min=-14 lr.log2_max=-5 \
+      name=gpt2-gpu "${gpu[@]}" >"$OUT/gpt2.log" 2>&1 &
+    timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom "model.target=$NANOGPT/model.py:GPT" \
+      "model.config=$NANOGPT/model.py:GPTConfig" model.width_key=n_embd model.depth_key=n_layer \
+      "model.config_kwargs={n_head: 4, dropout: 0.0}" width=256 param.base_width=256 depth=2,4,8,16 \
+      param=completep param.base_depth=2 lr.log2_min=-13 lr.log2_max=-4 name=depth-gpu "${gpu[@]}" \
+      >"$OUT/depth-completep.log" 2>&1 &
+    timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom "model.target=$NANOGPT/model.py:GPT" \
+      "model.config=$NANOGPT/model.py:GPTConfig" model.width_key=n_embd model.depth_key=n_layer \
+      "model.config_kwargs={n_head: 4, dropout: 0.0}" width=256 param.base_width=256 depth=2,4,8,16 \
+      param=mup lr.log2_min=-13 lr.log2_max=-4 name=depth-gpu "${gpu[@]}" >"$OUT/depth-mup.log" 2>&1 &
+    wait || true
+    echo "== studies: $(( $(date +%s) - start )) s"
+    tar -czf "$OUT/published.tar.gz" --exclude='*.pt' -C "$OUT" published
+    rm -rf "$OUT/published"
+    tail -n 5 "$OUT"/*.log
+    ;;
   *)
-    echo "unknown part '$part'; valid: wheels, tests, bench, study" >&2
+    echo "unknown part '$part'; valid: wheels, tests, suite, bench, study, published" >&2
     exit 2
     ;;
 esac

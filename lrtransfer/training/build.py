@@ -37,9 +37,11 @@ class DeviceError(UserError, RuntimeError):
 
 
 def select_device(spec: str) -> torch.device:
-    """`auto` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
+    """`auto` picks CUDA when present; asking for CUDA without it is an error, not a fallback.
+    A CUDA device is returned with its index (the current one where none is given), so that
+    every tensor's `.device` compares equal to it."""
     if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(spec)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -48,6 +50,8 @@ def select_device(spec: str) -> torch.device:
             raise DeviceError(
                 f"engine.device={spec} but only {torch.cuda.device_count()} CUDA device(s) are visible"
             )
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
