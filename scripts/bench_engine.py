@@ -11,7 +11,8 @@ Steady-state steps are timed (after warm-up), not a job's set-up or evaluation.
      runs at --bf16-widths, and the built-in transformer (2 blocks, context 64, batch 16) at
      --transformer-width; run-steps/s and their ratio.
   2. float32 (or --dtype): the batched engine (the ensembles `memory.chunk_size` chooses for
-     the default grid of 11 LRs) against one run at a time, at --widths; and the batched
+     the default grid of 11 LRs) against one run at a time (eager, as a plain loop runs it; on a GPU
+     also the batched engine eager, and whether its step replays as a CUDA graph), at --widths; and the batched
      step's rate, GFLOP/s = a step's matrix-product flops x run-steps/s (the forward, the weight
      gradient and, past the first layer, the input gradient of every layer: what a step computes),
      as a share of torch.mm's rate on the same products, each timed on its own, in the same
@@ -218,12 +219,14 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
           "run-steps/s; GFLOP/s = a step's matrix-product flops x run-steps/s")
     print(f"   {'width':>6} {'K':>3} " + (f"{'proc/run':>9} " if args.processes else "")
           + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5} "
-          + f"{'bmm GFLOP/s':>11} {'b/bmm':>6}" + (f" {'b/peak':>6}" if peak else ""))
+          + f"{'bmm GFLOP/s':>11} {'b/bmm':>6}" + (f" {'b/peak':>6}" if peak else "")
+          + (f" {'eager':>9} {'graphed':>7}" if device.type == "cuda" else ""))
     for width in args.widths:
         over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"train.dtype={dtype}",
                 f"engine.device={args.device}", *(CUSTOM if args.custom else [])]
         cfg, batched = ensemble(over)
-        _, alone = ensemble(over, K=1)
+        _, alone = ensemble([*over, "engine.graphs=never"], K=1)  # one run at a time, as a plain loop runs it
+        eager = ensemble([*over, "engine.graphs=never"])[1] if device.type == "cuda" else None
         shapes = step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, args.batch)
         flop, mm = mm_calls(shapes, device, dtype)
         bflop, bmm = mm_calls(shapes, device, dtype, runs=batched.K)  # the ensemble's K weights, not one
@@ -231,8 +234,11 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
         breps = max(1, round(0.1 / max(timed(bmm), 1e-6)))
         modes = {"batched": stepper(batched), "one": stepper(alone), "mm": lambda: [mm() for _ in range(reps)],
                  "bmm": lambda: [bmm() for _ in range(breps)]}
+        if eager is not None:
+            modes["eager"] = stepper(eager)
         seconds = interleaved(modes, device, args.rounds)
-        rate = {m: (batched.K if m == "batched" else 1) * modes[m].steps / seconds[m] for m in ("batched", "one")}
+        rate = {m: (1 if m == "one" else batched.K) * modes[m].steps / seconds[m]
+                for m in ("batched", "one", "eager") if m in modes}
         mm_rate = flop * reps / seconds["mm"] / 1e9
         bmm_rate = bflop * breps / seconds["bmm"] / 1e9
         procs = ""
@@ -243,7 +249,8 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
         g = rate["batched"] * flop / 1e9
         print(f"   {width:>6} {batched.K:>3} {procs}{rate['one']:>9.1f} {rate['batched']:>9.1f} "
               f"{rate['batched'] / rate['one']:>6.2f} {g:>8.1f} {mm_rate:>10.1f} {g / mm_rate:>5.0%} "
-              f"{bmm_rate:>11.1f} {g / bmm_rate:>6.0%}" + (f" {g / peak:>6.0%}" if peak else ""))
+              f"{bmm_rate:>11.1f} {g / bmm_rate:>6.0%}" + (f" {g / peak:>6.0%}" if peak else "")
+              + (f" {rate['eager']:>9.1f} {'yes' if batched.graphed else 'no':>7}" if eager is not None else ""))
         sys.stdout.flush()
 
 

@@ -44,7 +44,7 @@ case $part in
     ;;
   tests)
     install
-    "$PY" -m pytest -q -rs -m cuda tests/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
+    "$PY" -m pytest -q -rs -n 4 -m cuda tests/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.log"
     ;;
   suite)
     install
@@ -55,6 +55,9 @@ case $part in
     # the bf16/fp32 matmul ratio, bf16 against float32, then batched against one run at a time
     "$PY" scripts/bench_engine.py --device cuda --widths 64,256,1024,4096,8192 --bf16-widths 1024,4096 \
       --transformer-width 1024 --dtype float32,tf32,bf16 --rounds 5 "${@:3}" 2>&1 | tee "$OUT/bench.log"
+    # wide and compute-bound: at batch 64 a wide step is the optimizer's pass over memory, not products
+    "$PY" scripts/bench_engine.py --device cuda --only 2 --widths 4096,8192 --batch 4096 --dtype tf32,bf16 \
+      --rounds 5 2>&1 | tee "$OUT/bench-batch4096.log"
     ;;
   study)
     install

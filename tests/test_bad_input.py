@@ -85,6 +85,8 @@ CATALOGUE = [
     ("added group key", ["+model.foo=1"], "unknown key 'model.foo'; valid: activation, bias, name"),
     ("deleted key", ["~width"], "key 'width' is required (it cannot be deleted with ~)"),
     ("NaN checkpoint interval", ["engine.checkpoint_s=nan"], "engine.checkpoint_s must be a number of seconds >= 0"),
+    ("unknown graphs setting", ["engine.graphs=sometimes"], "engine.graphs='sometimes' is not one of: auto, always, never"),
+    ("negative memory budget", ["engine.max_memory_gb=-1"], "engine.max_memory_gb must be"),
     ("teacher input_dim 0", ["data.input_dim=0"], "data.input_dim must be positive, got 0"),
     ("teacher classes 0", ["data.classes=0"], "data.classes must be >= 2, got 0"),
     ("teacher temperature 0", ["data.temperature=0"], "data.temperature must be positive, got 0.0"),

@@ -41,6 +41,14 @@ PARAMS = {
     "spectral": ["param=spectral"],
 }
 NOT_OFFERED = {("custom", "modular")}  # refused before training (test_custom)
+NANOGPT = Path(__file__).resolve().parent / "nanogpt_standin.py"
+PUBLISHED = {  # a user's modules with attention (scaled_dot_product_attention under vmap)
+    "nanogpt": ["model=custom", f"model.target={NANOGPT}:GPT", f"model.config={NANOGPT}:GPTConfig",
+                "model.width_key=n_embd", "model.depth_key=n_layer", "model.config_kwargs={n_head: 2}"],
+    "gpt2": ["model=custom", "model.target=transformers:GPT2LMHeadModel", "model.config=transformers:GPT2Config",
+             "model.width_key=n_embd", "model.depth_key=n_layer",
+             "model.config_kwargs={n_head: 2, resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0}"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +141,67 @@ def test_a_checkpoint_resumes_on_the_other_device(tmp_path, monkeypatch, write_o
     for a, b in zip(resumed, reference):
         assert a.history_loss == pytest.approx(b.history_loss, rel=1e-3)
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-3)
+
+
+@pytest.mark.parametrize("family", PUBLISHED)
+def test_a_published_model_trains_on_cuda_as_on_the_cpu(family):
+    """Attention in a user's module runs under vmap; on the GPU its fused kernels' batching rules
+    failed (GPT-2 and nanoGPT alike), so it runs the plain kernel there (`wrapped.plain_attention`):
+    the runs train, float32 as on the CPU to 1e-3 over 20 steps."""
+    if family == "gpt2":
+        pytest.importorskip("transformers")
+    over = [*PUBLISHED[family], "data=text", "data.seq_len=16", "width=16", "depth=2", *SMALL, "train.steps=20"]
+    runs = [Run(log2_lr=e, seed=0) for e in (-9, -6)]
+    cpu = engine.train(build.job(typed(*over, "engine.device=cpu")), runs)
+    gpu = engine.train(build.job(typed(*over, "engine.device=cuda")), runs)
+    for a, b in zip(gpu, cpu):
+        assert not a.diverged
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-3)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-3)
+
+
+GRAPH_RUNS = [Run(log2_lr=-9, seed=0), Run(log2_lr=-6, seed=0), Run(log2_lr=-6, seed=1), Run(log2_lr=3, seed=1)]
+
+
+@pytest.mark.parametrize("optim", ["adam", "sgd"])
+@pytest.mark.parametrize("param", ["standard", "mup"])
+@pytest.mark.parametrize("model", MODELS)
+def test_a_graphed_step_equals_the_eager_step_in_float64(model, param, optim, cifar_root):
+    """Replayed as a CUDA graph (`training/graphs.py`) the step computes what the eager step does:
+    under a warm-up then cosine schedule (the factor read on the device at each replay), two seeds,
+    and a run at LR 2^3 that diverges and is frozen mid-training (its LR zeroed where the graph
+    reads it). Float64, to 1e-9."""
+    over = ["train.dtype=float64", "train.steps=30", "train.schedule=cosine", "train.warmup_steps=5",
+            f"optim={optim}"]
+    graphed = engine.train(build.job(config(model, param, "cuda", cifar_root, *over, "engine.graphs=always")), GRAPH_RUNS)
+    eager = engine.train(build.job(config(model, param, "cuda", cifar_root, *over, "engine.graphs=never")), GRAPH_RUNS)
+    assert [r.diverged for r in graphed] == [r.diverged for r in eager]
+    for a, b in zip(graphed, eager):
+        assert a.diverged_step == b.diverged_step
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9, nan_ok=True)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9, nan_ok=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16", "tf32"])
+@pytest.mark.parametrize("model", [*MODELS, *PUBLISHED])
+def test_a_narrow_step_is_captured_and_replays_as_the_eager_step(model, dtype, cifar_root):
+    """With engine.graphs=auto a narrow model's step is captured (no fallback to eager), and in
+    each precision its losses are the eager step's: the same kernels on the same numbers."""
+    if model == "gpt2":
+        pytest.importorskip("transformers")
+    if model in PUBLISHED:
+        over = typed(*PUBLISHED[model], "data=text", "data.seq_len=16", "width=16", "depth=2", *SMALL,
+                     "engine.device=cuda", f"train.dtype={dtype}", "train.steps=12")
+    else:
+        over = config(model, "mup", "cuda", cifar_root, f"train.dtype={dtype}", "train.steps=12")
+    runs = [Run(log2_lr=e, seed=0) for e in (-9, -7)]
+    ens = engine.Ensemble(build.job(over), runs)
+    while not ens.finished:
+        ens.step()
+    assert ens.graphed is not None and ens.graphed.failed is None and ens.graphed.graph is not None
+    eager = engine.Ensemble(build.job(over), runs)
+    eager.graphed, eager.fused = None, False  # the same direction path, eagerly
+    while not eager.finished:
+        eager.step()
+    # the same kernels; cuBLAS may pick another algorithm inside a capture, so not bit for bit
+    torch.testing.assert_close(ens.history, eager.history, rtol=1e-2 if dtype == "bf16" else 1e-5, atol=0)

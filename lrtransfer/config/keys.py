@@ -115,6 +115,9 @@ class Train:
     dtype: DType = DType.float32
 
 
+GRAPHS = ("auto", "always", "never")  # engine.graphs
+
+
 @dataclass
 class Engine:
     """How a job runs; none of it changes what is computed, so it is not part of a job's identity."""
@@ -124,7 +127,10 @@ class Engine:
     batched: bool = True  # train a job's runs as one ensemble; false: one run at a time
     # Runs per ensemble: 0 = as many as fit in max_memory_gb (estimated), N = at most N.
     chunk: int = 0
-    max_memory_gb: float = 4.0
+    # The memory budget (GiB); 0: 4 on a CPU, and on a GPU 80% of what it has free when the job starts.
+    max_memory_gb: float = 0.0
+    # Replay a GPU step as one CUDA graph: auto (where the step is launch-bound), always, never.
+    graphs: str = "auto"
     progress: bool = True
     # Save the training state at most this often (seconds; 0: never), and when a stop
     # is requested; a re-run of an unfinished job resumes from it.

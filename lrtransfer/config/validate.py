@@ -14,10 +14,10 @@ from dataclasses import fields, replace
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
-from lrtransfer.config.keys import Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
+from lrtransfer.config.keys import GRAPHS, Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
 from lrtransfer.errors import choices
 from lrtransfer.options import GROUPS
-from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, positive
+from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, non_negative, positive
 
 # Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
 MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
@@ -195,7 +195,9 @@ def validate(cfg: DictConfig | Config) -> Config:
     _check_adaptive(cfg)
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
-    positive("engine.max_memory_gb", cfg.engine.max_memory_gb)
+    non_negative("engine.max_memory_gb", cfg.engine.max_memory_gb)
+    if cfg.engine.graphs not in GRAPHS:
+        raise ConfigError(f"engine.graphs={cfg.engine.graphs!r} is not one of: {', '.join(GRAPHS)}")
     if not 0 <= cfg.engine.checkpoint_s < math.inf:
         raise ConfigError(f"engine.checkpoint_s must be a number of seconds >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
     if cfg.engine.threads < 0:

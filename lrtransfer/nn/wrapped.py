@@ -15,7 +15,10 @@ object's or dict's `logits`, a tuple's first element, or what `model.output` nam
 A forward that takes `targets` (nanoGPT's) returns every position's logits only when
 given them: it is given zeros, and the loss it computes from them is ignored.
 Attention that calls `scaled_dot_product_attention` with its default scale gets the
-parameterization's scale (`AttentionScale`).
+parameterization's scale (`AttentionScale`). On a GPU, attention under vmap runs PyTorch's
+plain ("math") kernel: the fused kernels' batching rules fail there (the memory-efficient
+kernel's backward stops at "LSE is not correctly aligned", seen on an H200 with torch 2.11
+for GPT-2 and nanoGPT alike), and the plain kernel is exact.
 """
 
 from __future__ import annotations
@@ -225,8 +228,9 @@ class Custom(Module):
         return ys[0].unsqueeze(0) if self.runs == 1 else torch.stack(ys)
 
     def _vmap(self, params: dict, buffers: dict, x: Tensor, shared: bool) -> Tensor:
-        return torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness="different")(
-            params, buffers, x)
+        with plain_attention(x.device):
+            return torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness="different")(
+                params, buffers, x)
 
     def forward(self, x: Tensor) -> Tensor:
         shared = x.dim() == self.input_ndim + 1
@@ -366,6 +370,18 @@ def _describe(out) -> str:
         return f"a {type(out).__name__} of {len(out)} ({', '.join(type(v).__name__ for v in out)})"
     fields = list(out) if isinstance(out, dict) else [k for k in vars(out) if not k.startswith("_")] if hasattr(out, "__dict__") else []
     return f"a {type(out).__name__}" + (f" with {', '.join(map(str, fields[:8]))}" if fields else "")
+
+
+def plain_attention(device: torch.device) -> contextlib.AbstractContextManager:
+    """On a GPU, scaled_dot_product_attention restricted to its plain kernel (see the module's
+    docstring); elsewhere nothing changes."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # torch >= 2.3
+    except ImportError:
+        return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False, enable_math=True)
+    return sdpa_kernel([SDPBackend.MATH])
 
 
 class AttentionScale(TorchFunctionMode):

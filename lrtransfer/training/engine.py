@@ -38,6 +38,7 @@ from torch import Tensor
 from lrtransfer.training import stop
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.training.allocator import keep_freed_memory
+from lrtransfer.training.graphs import GraphedStep, use_graphs
 from lrtransfer.training.memory import chunk_size
 from lrtransfer.training.precision import autocast, matmul_copies, matmul_precision
 from lrtransfer.training.results import RunResult, results_of
@@ -188,6 +189,15 @@ class Ensemble:
         # with each run's rate and decay read on the host (`_fused_update`)
         self.fused = self.param.scales_directions and hasattr(self.opt, "update")
         self.optim_host = built.optim_options(per_run_values(runs, torch.device("cpu")))
+        # On a GPU, a step that is launch-bound replays as one CUDA graph (`graphs`): the direction
+        # path, with the schedule's factor read from the device
+        capturable = self.param.scales_directions and hasattr(self.opt, "advance")
+        elements = sum(t.numel() for t in self.tensors)
+        self.graphed = None
+        if use_graphs(built.engine.graphs, device, elements, capturable):
+            self.factor = torch.ones((), device=device, dtype=dtype)  # the schedule's, written before each replay
+            self.graphed = GraphedStep(lambda x, y: self._compute(x, y, self.factor, advance=False))
+            self.fused = False
 
         seeds = list(dict.fromkeys(r.seed for r in runs))
         self.gens = [torch.Generator().manual_seed(data_seed(s)) for s in seeds]  # on the CPU (`Task.sample`)
@@ -221,22 +231,36 @@ class Ensemble:
     def step(self) -> None:
         train, t = self.train, self.step_index
         x, y = _batch(self.task, self.gens, self.seed_index, train.batch_size)
-        with matmul_precision(train.dtype.value, self.device):
-            with autocast(train.dtype.value, self.device):
+        factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
+        if self.graphed is not None:  # what the graph reads, written on the device; then the step
+            self.factor.fill_(factor)
+            self.opt.advance()
+            losses = self.graphed(x, y)
+        else:
+            losses = self._compute(x, y, factor)
+        self.history[:, t] = losses
+        self.step_index += 1
+
+    def _compute(self, x: Tensor, y: Tensor, factor: float | Tensor, advance: bool = True) -> Tensor:
+        """One step's forward, backward and update; returns the (K,) losses before it. factor: the
+        schedule's, a number, or a 0-dim device tensor in a graphed step (where the optimizer's
+        step count was advanced before it: `advance` False)."""
+        kind = self.train.dtype.value
+        with matmul_precision(kind, self.device):
+            with autocast(kind, self.device, cache=self.graphed is None):
                 logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
                 losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
-            self.history[:, t] = losses.detach()
             grads = torch.autograd.grad(losses.sum(), self.operands)
-        factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
         with torch.no_grad():
             if self.fused:
                 self._fused_update(grads, factor)
             else:
-                directions = self.opt.directions([g.to(w.dtype) for g, w in zip(grads, self.tensors)])
+                grads = [g.to(w.dtype) for g, w in zip(grads, self.tensors)]
+                directions = self.opt.directions(grads) if advance else self.opt.directions(grads, advance=False)
                 updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
                 apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.optim))
                 refresh(self.copies, self.tensors)
-        self.step_index += 1
+        return losses.detach()
 
     def _fused_update(self, grads: Sequence[Tensor], factor: float) -> None:
         """The optimizer's one pass per live run, given each slot's rates and decays as the

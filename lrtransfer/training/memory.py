@@ -34,7 +34,7 @@ def chunk_size(built: Built, K: int) -> int:
     if engine.chunk > 0:
         return min(K, engine.chunk)
     fp = footprint(built)
-    limit = max(1, min(K, int(engine.max_memory_gb * 2**30 // fp.bytes_per_run)))
+    limit = max(1, min(K, int(budget(engine.max_memory_gb, built.device) // fp.bytes_per_run)))
     chunks = math.ceil(K / limit)
     return math.ceil(K / chunks)
 
@@ -51,17 +51,34 @@ def check_fits(built: Built, label: str) -> None:
     `label` names the job's scale in the message (width, depth, batch).
     """
     need = footprint(built).bytes_per_run
-    budget = built.engine.max_memory_gb * 2**30
+    gb = built.engine.max_memory_gb
+    allowed = budget(gb, built.device)
     total = device_memory(built.device)
-    if need <= min(budget, total):
+    if need <= min(allowed, total):
         return
-    over = f"engine.max_memory_gb={built.engine.max_memory_gb:g}" if budget < total else "this machine's memory"
+    setting = f"engine.max_memory_gb={gb:g}" + ("" if gb else " (automatic)")
+    over = setting if allowed < total else "this machine's memory"
     raise MemoryLimitError(
         f"{label}: one run needs about "
-        f"{need / 2**30:.1f} GiB (estimated), more than {over} ({min(budget, total) / 2**30:.1f} GiB; "
+        f"{need / 2**30:.1f} GiB (estimated), more than {over} ({min(allowed, total) / 2**30:.1f} GiB; "
         f"{built.device.type} has {total / 2**30:.1f} GiB); use a smaller width, depth or batch"
-        + (", or raise engine.max_memory_gb" if budget < total else "")
+        + (", or raise engine.max_memory_gb" if allowed < total else "")
     )
+
+
+CPU_BUDGET_GB = 4.0  # engine.max_memory_gb=0 on a CPU
+GPU_FREE_SHARE = 0.8  # engine.max_memory_gb=0 on a GPU: this share of its free memory
+
+
+def budget(max_memory_gb: float, device: torch.device) -> float:
+    """Bytes the engine may use: engine.max_memory_gb, or where it is 0, 4 GiB on a CPU and on a
+    GPU 80% of its memory free now (what other processes hold is not ours to take)."""
+    if max_memory_gb > 0:
+        return max_memory_gb * 2**30
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return GPU_FREE_SHARE * free
+    return CPU_BUDGET_GB * 2**30
 
 
 def device_memory(device: torch.device) -> int:

@@ -43,11 +43,12 @@ def matmul_precision(kind: str, device: torch.device) -> Iterator[None]:
 
 
 @contextmanager
-def autocast(kind: str, device: torch.device) -> Iterator[None]:
+def autocast(kind: str, device: torch.device, cache: bool = True) -> Iterator[None]:
     """bf16 autocast around a forward pass when `train.dtype` is bf16 (backward follows the
-    forward's types by itself, outside the context, as torch.autocast asks)."""
+    forward's types by itself, outside the context, as torch.autocast asks). cache False: no
+    cast is kept for reuse, as a step captured in a CUDA graph needs."""
     if kind in BF16:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache):
             yield
     else:
         yield

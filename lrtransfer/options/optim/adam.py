@@ -73,10 +73,17 @@ class Optimizer:
             self._scratch = [torch.empty_like(t) if d is None else d for d, t in zip(self._scratch, self.tensors)]
         return self._scratch
 
-    @torch.no_grad()
-    def directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
+    def advance(self) -> None:
+        """Count a step: t on the host, and where the kernels read it, on the device."""
         self.t += 1
-        adam_directions_(self.scratch, grads, self.m, self.v, self.t, self.beta1, self.beta2, self.eps)
+        self._step.fill_(self.t)
+
+    @torch.no_grad()
+    def directions(self, grads: Sequence[Tensor], advance: bool = True) -> list[Tensor]:
+        """advance False: the step was counted already (`advance`, outside a CUDA graph's step)."""
+        if advance:
+            self.advance()
+        adam_directions_(self.scratch, grads, self.m, self.v, self._step, self.beta1, self.beta2, self.eps)
         return self.scratch
 
     @torch.no_grad()
@@ -86,7 +93,7 @@ class Optimizer:
         rates, decays (or None): per tensor, a (K,) host tensor; runs: the live runs, those the
         large tensors are updated for, each in one fused pass (`passes`); copies: per tensor a
         lower-precision copy to write from it, or None."""
-        self.t += 1
+        self.advance()
         pick = passes.pick
         copies = copies if copies is not None else [None] * len(self.tensors)
         small, large = self._split
@@ -94,12 +101,11 @@ class Optimizer:
             ws = pick(self.tensors, small)
             gs = [passes.like(g, w) for g, w in zip(pick(grads, small), ws)]
             ds = pick(self._scratch, small)
-            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self.t, self.beta1, self.beta2,
+            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self._step, self.beta1, self.beta2,
                              pick(self.eps, small))
             passes.whole(ws, ds, pick(rates, small), pick(decays, small), pick(copies, small))
         if not large:
             return
-        self._step.fill_(self.t)
         w, m, v, g, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, self.m, self.v, grads, copies))
         r, dec = passes.floats(pick(rates, large)), passes.floats(pick(decays, large))
         for k in runs:

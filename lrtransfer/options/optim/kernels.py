@@ -34,15 +34,20 @@ def adam_directions_(
     grads: Sequence[Tensor],
     m: Sequence[Tensor],
     v: Sequence[Tensor],
-    step: int,
+    step: Tensor | int,
     beta1: float,
     beta2: float,
     eps: float | Sequence[float],
 ) -> None:
     """Update Adam's moments m, v with `grads` (in place) and write m_hat/(sqrt(v_hat)+eps) into `out`.
 
+    step: the step count, best a 0-dim tensor on the tensors' device, read there by the kernel
+    (so a CUDA graph that replays this reads the count of each step, not the one at capture).
+
     eps: one value, or one per tensor (a parameterization's per-tensor epsilon): the fused
     kernel takes one, so it runs once per distinct value."""
+    if not isinstance(step, Tensor):
+        step = torch.tensor(float(step), device=out[0].device if out else None)
     eps = [float(eps)] * len(out) if isinstance(eps, (int, float)) else [float(e) for e in eps]
     groups: dict[float, list[int]] = {}
     for i, e in enumerate(eps):
@@ -52,21 +57,21 @@ def adam_directions_(
         _adam_directions_(pick(out), pick(grads), pick(m), pick(v), step, beta1, beta2, e)
 
 
-def _adam_directions_(out, grads, m, v, step: int, beta1: float, beta2: float, eps: float) -> None:
+def _adam_directions_(out, grads, m, v, step: Tensor, beta1: float, beta2: float, eps: float) -> None:
     global use_fused
     grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
     if use_fused and hasattr(torch, "_fused_adam_"):
         try:
             for o in out:
                 o.zero_()
-            steps = [torch.tensor(float(step), device=o.device) for o in out]
             torch._fused_adam_(
-                list(out), grads, list(m), list(v), [], steps,
+                list(out), grads, list(m), list(v), [], [step] * len(out),
                 lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
             )
             return
         except (RuntimeError, TypeError, NotImplementedError):
             use_fused = False  # this build cannot: the plain formula from now on
+    step = int(step)
     c1 = 1.0 / (1.0 - beta1**step)
     c2 = 1.0 / math.sqrt(1.0 - beta2**step)
     for o, g, mi, vi in zip(out, grads, m, v):
@@ -106,7 +111,7 @@ def adam_update_(
         except (RuntimeError, TypeError, NotImplementedError):
             use_fused = False
     out = [torch.empty_like(p) for p in params]
-    _adam_directions_(out, grads, m, v, int(step), beta1, beta2, eps)
+    _adam_directions_(out, grads, m, v, step, beta1, beta2, eps)
     for p, d in zip(params, out):
         if decay:
             p.mul_(1.0 - decay)

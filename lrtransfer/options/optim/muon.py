@@ -127,14 +127,22 @@ class Optimizer:
         self.v = [torch.zeros_like(tensors[i]) for i in self.rest]
         self.scratch = [torch.empty_like(t) for t in tensors]
         self.t = 0
+        self._step = torch.zeros((), device=tensors[0].device)  # the AdamW part's kernels read t here
 
     @property
     def state(self) -> list[Tensor]:
         return self.buf + self.m + self.v
 
-    @torch.no_grad()
-    def directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
+    def advance(self) -> None:
+        """Count a step: t on the host, and where the AdamW part's kernels read it, on the device."""
         self.t += 1
+        self._step.fill_(self.t)
+
+    @torch.no_grad()
+    def directions(self, grads: Sequence[Tensor], advance: bool = True) -> list[Tensor]:
+        """advance False: the step was counted already (`advance`, outside a CUDA graph's step)."""
+        if advance:
+            self.advance()
         for i, atom, scale, buf in zip(self.hidden, self.atoms, self.scales, self.buf):
             g, out = grads[i], self.scratch[i]
             buf.mul_(self.momentum).add_(g)
@@ -142,7 +150,7 @@ class Optimizer:
             out.copy_(newton_schulz(as_matrices(atom, d), self.ns_steps).reshape(out.shape)).mul_(scale)
         if self.rest:
             outs = [self.scratch[i] for i in self.rest]
-            adam_directions_(outs, [grads[i] for i in self.rest], self.m, self.v, self.t,
+            adam_directions_(outs, [grads[i] for i in self.rest], self.m, self.v, self._step,
                              self.beta1, self.beta2, self.eps)
             torch._foreach_mul_(outs, self.ratio)
         return self.scratch

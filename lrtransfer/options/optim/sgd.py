@@ -52,8 +52,15 @@ class Optimizer:
     def state(self) -> list[Tensor]:
         return self.buf
 
+    def advance(self) -> None:
+        """Count a step (the first one starts the momentum buffers)."""
+        self.t += 1
+
     @torch.no_grad()
-    def directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
+    def directions(self, grads: Sequence[Tensor], advance: bool = True) -> list[Tensor]:
+        """advance False: the step was counted already (`advance`, outside a CUDA graph's step)."""
+        if advance:
+            self.advance()
         return self._scalable(self._directions(grads), range(len(self.tensors)))
 
     def _scalable(self, directions: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
@@ -63,8 +70,8 @@ class Optimizer:
 
     def _directions(self, grads: Sequence[Tensor]) -> list[Tensor]:
         """The step's directions, which the caller must not modify: the momentum buffers themselves
-        (heavy ball), g + momentum * buf (Nesterov), or the gradients (no momentum)."""
-        self.t += 1
+        (heavy ball), g + momentum * buf (Nesterov), or the gradients (no momentum). The step is
+        counted already (`advance`)."""
         if self.momentum == 0:  # fresh from autograd (in the weights' dtype)
             return [passes.like(g, t) for g, t in zip(grads, self.tensors)]
         for buf, g, out in zip(self.buf, grads, self.scratch):
@@ -84,6 +91,7 @@ class Optimizer:
         (rate, decay) (`passes`), then the run's copies written. rates, decays (or None): per
         tensor, a (K,) host tensor; runs: the live runs; copies: per tensor a copy, or None."""
         pick = passes.pick
+        self.advance()
         directions = self._directions(grads)
         copies = copies if copies is not None else [None] * len(self.tensors)
         small, large = self._split
