@@ -56,7 +56,7 @@ def check_fits(built: Built, label: str) -> None:
     total = device_memory(built.device)
     if need <= min(allowed, total):
         return
-    setting = f"engine.max_memory_gb={gb:g}" + ("" if gb else " (automatic)")
+    setting = f"engine.max_memory_gb={gb:g}" + ("" if gb else ", the automatic budget")
     over = setting if allowed < total else "this machine's memory"
     raise MemoryLimitError(
         f"{label}: one run needs about "
