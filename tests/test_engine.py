@@ -165,6 +165,29 @@ def test_device_selection():
             build.select_device("cuda")
 
 
+def test_which_steps_replay_as_a_cuda_graph():
+    """engine.graphs: auto graphs a CUDA step up to MAX_ELEMENTS trained numbers, always and never
+    say so, and nothing is graphed on a CPU or where the step reads a value on the host."""
+    from lrtransfer.training.graphs import MAX_ELEMENTS, use_graphs
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert use_graphs("auto", cuda, MAX_ELEMENTS, capturable=True)
+    assert not use_graphs("auto", cuda, MAX_ELEMENTS + 1, capturable=True)
+    assert use_graphs("always", cuda, 100 * MAX_ELEMENTS, capturable=True)
+    assert not use_graphs("never", cuda, 1, capturable=True)
+    assert not use_graphs("always", cuda, 1, capturable=False)
+    assert not use_graphs("always", cpu, 1, capturable=True)
+    for setting in ("auto", "always"):  # a CPU ensemble keeps its eager step
+        assert engine.Ensemble(build.job(typed(*SMALL, f"engine.graphs={setting}")), [Run(-8, 0)]).graphed is None
+
+
+def test_the_default_memory_budget_is_4_gib_on_a_cpu():
+    from lrtransfer.training.memory import budget
+
+    assert budget(0, torch.device("cpu")) == 4 * 2**30
+    assert budget(1.5, torch.device("cpu")) == 1.5 * 2**30
+
+
 def test_chunked_ensembles_equal_one_ensemble():
     over = [*SMALL, "train.dtype=float64", "train.steps=20", "n_seeds=2"]
     runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -7, -5)]

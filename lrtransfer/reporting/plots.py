@@ -107,7 +107,9 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
     with plt.rc_context(STYLE):
         fig, axes = _grid(len(family), 2.35, 2.2, sharey=True, legend=True)
         colors = scale_colors(sorted({s for g in family for s in g.scales}))
-        values = np.concatenate([g.curves["mean"].to_numpy(dtype=float) for g in family])
+        # the curves, and each optimum's marker: a fitted extremum can lie past the grid's points
+        optima = np.array([v for g in family for v in g.best_loss_subgrid if v is not None], dtype=float)
+        values = np.concatenate([g.curves["mean"].to_numpy(dtype=float) for g in family] + [optima])
         lo, hi = y_limits(values, maximize)
         any_div = False
         for ax, g, label in zip(axes, family, panel_labels(family)):
