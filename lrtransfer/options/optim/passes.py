@@ -72,9 +72,11 @@ def whole(tensors, directions, rates, decays, copies) -> None:
     (`engine.apply_updates`); then each copy (or None) written from its tensor. The
     directions are scratch: scaled in place."""
     for i, (w, d, c) in enumerate(zip(tensors, directions, copies)):
+        # on a GPU, (K,) host numbers copied without waiting for the device (a blocking copy
+        # synchronises the stream: one wait a tensor, a step, seen on an H200)
         if decays is not None:
-            w.mul_(1 - run_view(decays[i].to(w.device), w))
-        w.sub_(d.mul_(run_view(rates[i].to(w.device), d)))
+            w.mul_(1 - run_view(decays[i].to(w.device, non_blocking=True), w))
+        w.sub_(d.mul_(run_view(rates[i].to(w.device, non_blocking=True), d)))
         if c is not None:
             c.copy_(w)
 
