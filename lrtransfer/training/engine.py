@@ -16,7 +16,8 @@ A run whose loss turns NaN/inf (or exceeds `train.diverge_factor` x its initial
 loss) is recorded as diverged at that step and frozen: its learning rate drops to
 zero and its weights and optimizer state are reset to finite values, so nothing
 of it can reach the other runs. Losses stay on the device; the host reads them
-every `check_every` steps, the only synchronisation in the step loop.
+every `check_every` steps, the only synchronisation in the step loop. On a GPU, a
+narrow model's step replays as one CUDA graph (`graphs.py`, `engine.graphs`).
 
 The engine knows nothing of Hydra, configs, records or plots: it takes what
 `build.job` made (the task, factories for the parameterization, model and
