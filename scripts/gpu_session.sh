@@ -72,7 +72,8 @@ case $part in
     # 15 GiB each): GPT-2 as published (transformers, its own init) at widths 128..2048 under standard
     # and mup, and nanoGPT as published (NANOGPT_DIR/model.py, not part of this project) at depths
     # 2..16 under mup and completep, 500 steps. Records (no checkpoints) end up in OUT/published.tar.gz;
-    # re-running with that tarball unpacked in OUT resumes, finished jobs skipped.
+    # re-running with that tarball unpacked in OUT resumes, finished jobs skipped. ONLY=gpt2 or depth
+    # runs one study alone (side by side, 337 s on an H200 finished 22 of GPT-2's 30 jobs and 18 of 24).
     install
     export HF_HUB_OFFLINE=1
     NANOGPT=${NANOGPT_DIR:?set NANOGPT_DIR to the folder of nanoGPT model.py}
@@ -80,18 +81,19 @@ case $part in
     gpu=(engine.device=cuda train.dtype=tf32 engine.max_memory_gb=15 hydra/launcher=parallel
          hydra.launcher.n_jobs=4 data=text data.seq_len=64 data.eval_size=256 train.batch_size=32
          train.steps=500 seed=0,1,2 results_dir="$OUT/published")
+    ONLY=${ONLY:-both}  # gpt2 | depth | both: one study gets the GPU to itself
     start=$(date +%s)
-    timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom model.target=transformers:GPT2LMHeadModel \
+    [ "$ONLY" = depth ] || timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom model.target=transformers:GPT2LMHeadModel \
       model.config=transformers:GPT2Config model.width_key=n_embd model.depth_key=n_layer \
       model.config_kwargs='{n_head: 4, activation_function: gelu_pytorch_tanh, resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0}' \
       depth=2 width=128,256,512,1024,2048 param=standard,mup lr.log2_min=-15 lr.log2_max=-7 \
       name=gpt2-gpu "${gpu[@]}" >"$OUT/gpt2.log" 2>&1 &
-    timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom "model.target=$NANOGPT/model.py:GPT" \
+    [ "$ONLY" = gpt2 ] || timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom "model.target=$NANOGPT/model.py:GPT" \
       "model.config=$NANOGPT/model.py:GPTConfig" model.width_key=n_embd model.depth_key=n_layer \
       "model.config_kwargs={n_head: 4, dropout: 0.0}" width=256 param.base_width=256 depth=2,4,8,16 \
       param=completep param.base_depth=2 lr.log2_min=-13 lr.log2_max=-6 name=depth-gpu "${gpu[@]}" \
       >"$OUT/depth-completep.log" 2>&1 &
-    timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom "model.target=$NANOGPT/model.py:GPT" \
+    [ "$ONLY" = gpt2 ] || timeout "$LIMIT" "$PY" -m lrtransfer.cli.app sweep model=custom "model.target=$NANOGPT/model.py:GPT" \
       "model.config=$NANOGPT/model.py:GPTConfig" model.width_key=n_embd model.depth_key=n_layer \
       "model.config_kwargs={n_head: 4, dropout: 0.0}" width=256 param.base_width=256 depth=2,4,8,16 \
       param=mup lr.log2_min=-13 lr.log2_max=-6 name=depth-gpu "${gpu[@]}" >"$OUT/depth-mup.log" 2>&1 &
@@ -100,7 +102,7 @@ case $part in
     # the records alone come back (a device returns files of at most 16 MiB)
     (cd "$OUT" && find published -name record.json -o -name multirun.yaml | tar -czf published.tar.gz -T -)
     rm -rf "$OUT/published"
-    tail -n 5 "$OUT"/*.log
+    tail -n 5 "$OUT"/*.log 2>/dev/null || true
     ;;
   *)
     echo "unknown part '$part'; valid: wheels, tests, suite, bench, study, published" >&2
