@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from lrtransfer.options.optim import passes
-from lrtransfer.options.optim.kernels import adam_directions_, adam_update_
+from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_, adam_update_
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive
 
 
@@ -47,7 +47,7 @@ def check_adam(options) -> None:
 OPTIONS = AdamOptions
 
 
-class Optimizer:
+class Optimizer(CountsSteps):
     def __init__(self, options: AdamOptions, slots: Sequence[Slot]) -> None:
         tensors = [s.tensor for s in slots]
         self.beta1, self.beta2 = options.beta1, options.beta2
@@ -72,11 +72,6 @@ class Optimizer:
         if any(d is None for d in self._scratch):
             self._scratch = [torch.empty_like(t) if d is None else d for d, t in zip(self._scratch, self.tensors)]
         return self._scratch
-
-    def advance(self) -> None:
-        """Count a step: t on the host, and where the kernels read it, on the device."""
-        self.t += 1
-        self._step.fill_(self.t)
 
     @torch.no_grad()
     def directions(self, grads: Sequence[Tensor], advance: bool = True) -> list[Tensor]:

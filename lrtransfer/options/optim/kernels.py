@@ -29,6 +29,20 @@ from torch import Tensor
 use_fused = True
 
 
+class CountsSteps:
+    """An optimizer's step count: `t` on the host (what a checkpoint saves) and `_step`, a 0-dim
+    tensor on the device, where the fused kernels read it, so that a step replayed as a CUDA graph
+    reads each step's count, not the one at capture."""
+
+    t: int
+    _step: Tensor
+
+    def advance(self) -> None:
+        """Count a step, on the host and on the device."""
+        self.t += 1
+        self._step.fill_(self.t)
+
+
 def adam_directions_(
     out: Sequence[Tensor],
     grads: Sequence[Tensor],

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import as_matrices, newton_schulz
 from lrtransfer.options.optim.adam import check_adam
-from lrtransfer.options.optim.kernels import adam_directions_
+from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_
 from lrtransfer.nn import is_hidden_matrix
 from lrtransfer.options.schema import ORTHOGONALIZED, ConfigError, DecayScaling, Grid, added, in_unit, positive
 
@@ -106,7 +106,7 @@ class MuonOptions:
 OPTIONS = MuonOptions
 
 
-class Optimizer:
+class Optimizer(CountsSteps):
     def __init__(self, options: MuonOptions, slots: Sequence[Slot]) -> None:
         self.momentum, self.nesterov, self.ns_steps = options.momentum, options.nesterov, options.ns_steps
         self.beta1, self.beta2, self.ratio = options.beta1, options.beta2, options.adam_lr_ratio
@@ -132,11 +132,6 @@ class Optimizer:
     @property
     def state(self) -> list[Tensor]:
         return self.buf + self.m + self.v
-
-    def advance(self) -> None:
-        """Count a step: t on the host, and where the AdamW part's kernels read it, on the device."""
-        self.t += 1
-        self._step.fill_(self.t)
 
     @torch.no_grad()
     def directions(self, grads: Sequence[Tensor], advance: bool = True) -> list[Tensor]:
