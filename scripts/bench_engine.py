@@ -336,7 +336,7 @@ def main() -> None:
         return
     machine(device, args.rounds)
     if args.only in (None, 1):
-        bf16_against_float32([int(w) for w in args.bf16_widths.split(",")], args.transformer_width, args.device,
+        bf16_against_float32([int(w) for w in args.bf16_widths.split(",") if w], args.transformer_width, args.device,
                              args.rounds)
     if args.only in (None, 2):
         for dtype in args.dtypes:

@@ -122,6 +122,21 @@ def test_layer_norm_standardises_with_the_population_std():
     torch.testing.assert_close(s.pow(2).mean(-1), torch.ones(3, 5, dtype=torch.float64), rtol=1e-12, atol=0)
 
 
+def test_layer_norm_is_the_lecture_notes_formula_with_eps_inside_the_root():
+    """Standardize runs torch's fused layer norm: its value and its gradient must be the
+    composition (z - mean) / sqrt(var + eps) written out, with the population variance."""
+    z = (torch.randn(2, 3, 5, 24, dtype=torch.float64) * 3 + 1).requires_grad_()
+    eps = 1e-2  # large enough that eps's place in the formula shows
+    g = torch.randn(2, 3, 5, 24, dtype=torch.float64)
+    fused = Standardize(eps=eps)(z)
+    (dz_fused,) = torch.autograd.grad(fused, z, g)
+    mean, var = z.mean(-1, keepdim=True), z.var(-1, keepdim=True, unbiased=False)
+    written = (z - mean) / torch.sqrt(var + eps)
+    (dz_written,) = torch.autograd.grad(written, z, g)
+    torch.testing.assert_close(fused, written, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(dz_fused, dz_written, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("a", [3.0, 0.01, 250.0, -2.0, -0.5])
 def test_layer_norm_ignores_the_scale_of_the_matrix_multiplication_before_it(a):
     """Seed 002, eq. 7.42: LN(MM_{aW,ab}(z)) = LN(MM_{W,b}(z)). It holds for a > 0; for a < 0
