@@ -79,3 +79,26 @@ def test_every_command_answers_h_and_help(cli):
         for flag in ("-h", "--help"):
             code, out, err = cli(*args, flag)
             assert code == 0 and "Usage:" in out and not err, (args, flag, out, err)
+
+
+def test_help_shows_each_options_default(cli):
+    """A default stated in an option's help ("(default: DIRECTORY/report.html)") reaches the screen:
+    rich's markup took "[default: ...]" for a tag and printed nothing of it."""
+    import re
+
+    from lrtransfer.cli.app import app
+
+    checked = 0
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__.replace("_", "-")
+        stated = [m.group(1).split()[0] for p in command.callback.__defaults__ or ()
+                  for m in re.finditer(r"[\[(]default: ([^\])]*)[\])]", str(getattr(p, "help", "") or ""))]
+        if not stated:
+            continue
+        code, out, _ = cli(name, "--help")
+        screen = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())
+        assert code == 0
+        for first_word in stated:
+            assert f"default: {first_word}" in screen, (name, first_word)
+            checked += 1
+    assert checked >= 5  # plot, report, export, coord-check state theirs

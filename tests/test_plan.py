@@ -35,6 +35,18 @@ def test_plan_lists_done_running_and_missing_jobs_and_trains_nothing(cli, tmp_pa
     assert len(list(tmp_path.rglob("record.json"))) == 1
 
 
+def test_plan_under_rerun_lists_finished_jobs_as_ones_to_run_again(cli, tmp_path):
+    """--plan --rerun shows what --rerun does: every finished job runs again."""
+    base = [*TINY, f"results_dir={tmp_path}", "name=p"]
+    assert cli("sweep", *base, "width=16")[0] == 0
+    code, out, _ = cli("sweep", "--plan", *base, "width=16,32")
+    assert code == 0 and "1 done, 1 missing" in out and "to run: 1 job(s), 60 run-steps" in out
+    code, out, _ = cli("sweep", "--plan", "--rerun", *base, "width=16,32")
+    assert code == 0 and "1 reruns, 1 missing" in out, out
+    assert re.search(r"reruns\s+width=16 ", out) and "to run: 2 job(s), 120 run-steps" in out
+    assert len(list(tmp_path.rglob("record.json"))) == 1  # still nothing trained
+
+
 def test_plan_prices_each_model_by_its_own_rate(cli, tmp_path):
     """A model with finished jobs by their wall time, another by a few of its own steps timed here:
     never one model's rate for another's (a nanoGPT priced as the MLP)."""

@@ -61,12 +61,12 @@ def sweep(
 
         typer.echo(help_text())
         return
+    if rerun:
+        argv.append("hydra.sweeper.rerun=true")
     view = _pop_cfg_job(argv)
     if plan or view:
         show.plan(launch(argv, action="plan"), view)
         return
-    if rerun:
-        argv.append("hydra.sweeper.rerun=true")
     try:
         with stop.graceful():
             report = launch(argv, on_round_end=show.adaptive_round)
@@ -121,10 +121,10 @@ def summary(
 @app.command()
 def plot(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
-    out: Optional[Path] = typer.Option(None, help="Where figures go [default: DIRECTORY/figures]."),
+    out: Optional[Path] = typer.Option(None, help="Where figures go (default: DIRECTORY/figures)."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
     curves_lr: Optional[float] = typer.Option(
-        None, "--curves-lr", help="log2 LR of the training-curve figure [default: the smallest scale's best]."
+        None, "--curves-lr", help="log2 LR of the training-curve figure (default: the smallest scale's best)."
     ),
 ) -> None:
     """Figures per study: loss vs log2 LR, optimum vs scale (drift), training curves; PNG + PDF."""
@@ -143,7 +143,7 @@ def plot(
 @app.command()
 def report(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
-    out: Optional[Path] = typer.Option(None, help="The HTML file [default: DIRECTORY/report.html]."),
+    out: Optional[Path] = typer.Option(None, help="The HTML file (default: DIRECTORY/report.html)."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
     curves_lr: Optional[float] = typer.Option(None, "--curves-lr", help="log2 LR of the training-curve figure."),
 ) -> None:
@@ -206,7 +206,7 @@ def predict(
 def export(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
     fmt: str = typer.Option("csv", "--format", help="csv | parquet (parquet needs pyarrow)."),
-    out: Optional[Path] = typer.Option(None, help="The file [default: DIRECTORY/runs.csv or .parquet]."),
+    out: Optional[Path] = typer.Option(None, help="The file (default: DIRECTORY/runs.csv or .parquet)."),
 ) -> None:
     """Every run as one row (config columns + metrics): pandas.read_csv / read_parquet loads it."""
     from lrtransfer import analysis
@@ -257,14 +257,14 @@ def coord_check(
     overrides: Optional[List[str]] = typer.Argument(
         None,
         help="Config overrides as for sweep (param=mup optim=sgd depth=4 ...); width=64,256,1024 lists the widths "
-        "[default: 64,128,256,512,1024]; lrtransfer sweep -h lists the groups and keys.",
+        "(default: 64,128,256,512,1024); lrtransfer sweep -h lists the groups and keys.",
         show_default=False,
         autocompletion=complete_override,
     ),
     steps: int = typer.Option(3, help="Training steps; panels show steps 0 (init) .. STEPS."),
-    log2_lr: Optional[float] = typer.Option(None, "--log2-lr", help="log2 learning rate [default: the middle of the LR grid]."),
+    log2_lr: Optional[float] = typer.Option(None, "--log2-lr", help="log2 learning rate (default: the middle of the LR grid)."),
     seeds: int = typer.Option(2, help="Runs averaged at each width."),
-    out: Optional[Path] = typer.Option(None, help="Output folder [default: RESULTS_DIR/coord-check/NAME]."),
+    out: Optional[Path] = typer.Option(None, help="Output folder (default: RESULTS_DIR/coord-check/NAME)."),
 ) -> None:
     """Mean |activation| of every layer against width over a few steps: flat = width-stable parameterization."""
     from lrtransfer.diagnostics import coordcheck

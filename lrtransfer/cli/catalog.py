@@ -65,7 +65,7 @@ def grid_keys() -> list[str]:
 def help_text() -> str:
     """`lrtransfer sweep -h`: the groups a user picks from, the top-level keys, where to see the rest."""
     chosen, cfg = defaults()
-    lines = ["Usage: lrtransfer sweep [--plan] [--rerun] [OVERRIDES]...", "",
+    lines = ["Usage: lrtransfer sweep [--plan] [--rerun] [--until-decided [--budget B]] [OVERRIDES]...", "",
              "Config groups (group=option; the default in brackets; a comma list sweeps several):"]
     for group, options in groups().items():
         marked = [f"[{o}]" if o == chosen.get(group) else o for o in options]

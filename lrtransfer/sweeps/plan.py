@@ -36,7 +36,7 @@ class PlanEntry:
     varying: str  # the overrides that tell this job from the others of the sweep
     job_id: str
     folder: Path
-    status: str  # done | running | failed (will be retried) | resumes (from its checkpoint) | missing
+    status: str  # done | reruns (done, and --rerun) | running | failed (will be retried) | resumes (from its checkpoint) | missing
     run_steps: int  # K runs x training steps, less those a checkpoint it resumes from has done
     runs: int = 0  # K: LRs x values of `grid.<key>` x seeds, one ensemble
 
@@ -65,7 +65,7 @@ class Plan:
 
     @property
     def todo(self) -> list[PlanEntry]:
-        return [j for j in self.jobs if j.status in ("missing", "resumes", "failed")]
+        return [j for j in self.jobs if j.status in ("missing", "resumes", "failed", "reruns")]
 
     @property
     def run_steps_todo(self) -> int:
@@ -81,7 +81,8 @@ class Plan:
 
 def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
     """Every check the sweep makes (`multirun.check_jobs`: the same function), writing nothing;
-    each job classified by what is on disk, and counted by the run-steps it has left."""
+    each job classified by what is on disk, and counted by the run-steps it has left; under
+    `--rerun` a finished job is one to run again ("reruns"), as the sweep would."""
     from lrtransfer.sweeps.multirun import check_jobs
 
     plan = Plan()
@@ -89,6 +90,8 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         if plan.first_config is None:
             plan.first_config = OmegaConf.masked_copy(job.cfg, [k for k in job.cfg if k != "hydra"])
         status, left = status_of(job.folder), run_steps(job.typed)
+        if status == "done" and sweeper.rerun:
+            status = "reruns"
         if status in ("missing", "failed"):
             done = checkpointed_steps(job.folder, job.typed)
             if done is not None:
@@ -265,7 +268,8 @@ def describe(plan: Plan) -> list[str]:
     lines = list(plan.adaptive)
     for study in dict.fromkeys(j.folder.parent for j in plan.jobs):
         jobs = [j for j in plan.jobs if j.folder.parent == study]
-        counts = {s: sum(j.status == s for j in jobs) for s in ("done", "running", "failed", "resumes", "missing")}
+        counts = {s: sum(j.status == s for j in jobs) for s in ("done", "reruns", "running", "failed", "resumes",
+                                                               "missing")}
         lines.append(f"{study}/: {len(jobs)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
         for j in jobs:
             lines.append(f"  {j.status:<8} {j.varying:<{width}}  {j.run_steps:>9,} run-steps  {j.job_id}  K={j.runs}")
