@@ -87,6 +87,19 @@ CATALOGUE = [
     ("NaN checkpoint interval", ["engine.checkpoint_s=nan"], "engine.checkpoint_s must be a number of seconds >= 0"),
     ("unknown graphs setting", ["engine.graphs=sometimes"], "engine.graphs='sometimes' is not one of: auto, always, never"),
     ("negative memory budget", ["engine.max_memory_gb=-1"], "engine.max_memory_gb must be"),
+    ("infinite memory budget", ["engine.max_memory_gb=inf"], "engine.max_memory_gb must be a finite number of GiB"),
+    ("seed past 64 bits", ["seed=99999999999999999999"], "seed=99999999999999999999 is beyond the sane bound of 2^63 - 1"),
+    ("data seed past 64 bits", ["data.seed=100000000000000000000"], "data.seed=100000000000000000000 is beyond"),
+    ("threads past 64 bits", ["engine.threads=99999999999999999999"], "engine.threads=99999999999999999999 is beyond"),
+    ("a million threads", ["engine.threads=1000000"], "engine.threads=1e+06 is beyond the sane bound of 4,096 threads"),
+    ("a quadrillion steps", ["train.steps=1000000000000000"], "train.steps=1e+15 is beyond the sane bound of 1,000,000,000"),
+    ("history past 64 bits", ["train.history_points=99999999999999999999"], "train.history_points=99999999999999999999"),
+    ("width that overflows a size", ["width=1000000000000"], "width=1000000000000 depth=3 train.batch_size=16 data=teacher: "
+     "too large to build on this machine (Storage size calculation overflowed"),
+    ("teacher input past memory", ["data.input_dim=1000000000000000"], "data=teacher: too large to build on this machine"),
+    ("empty results folder", ["results_dir="], "results_dir is empty: set results_dir=PATH"),
+    ("Hydra's sweep folder", ["hydra.sweep.subdir=../../x"], "hydra.sweep.subdir is lrtransfer's to set"),
+    ("Hydra's run folder", ["hydra.run.dir={tmp}/elsewhere"], "hydra.run.dir is lrtransfer's to set"),
     ("teacher input_dim 0", ["data.input_dim=0"], "data.input_dim must be positive, got 0"),
     ("teacher classes 0", ["data.classes=0"], "data.classes must be >= 2, got 0"),
     ("teacher temperature 0", ["data.temperature=0"], "data.temperature must be positive, got 0.0"),
@@ -432,7 +445,21 @@ PREDICT = [
     ("no scale", [], "give one scale to predict at: --width N, --depth N, or --at N"),
     ("an axis the study lacks", ["--depth", "8"], "has the axis depth; its axes: width"),
     ("an undetermined verdict", ["--width", "4096"], "its verdict is undetermined (width 16: "),
+    ("a vanishing scale", ["--width", "1e-300"], "--width 1e-300 is beyond the sane range of a scale"),
+    ("a scale past float range of LRs", ["--width", "1e308"], "--width 1e+308 is beyond the sane range of a scale"),
 ]
+
+
+@pytest.mark.parametrize("command, args", [("report", ["--out", "{blocked}/r.html"]), ("plot", ["--out", "{blocked}/f"]),
+                                           ("export", ["--out", "{blocked}/runs.csv"]), ("report", ["--out", "{folder}"])])
+def test_an_out_path_that_cannot_be_written_is_one_line(cli, finished, tmp_path, command, args):
+    """--out under a regular file (uncreatable, even by root), or a report onto a folder: one line,
+    exit 2, before any record is read."""
+    (tmp_path / "file").write_text("not a folder")
+    subs = {"blocked": str(tmp_path / "file"), "folder": str(tmp_path)}
+    code, out, err = cli(command, str(finished), *[a.format(**subs) for a in args])
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert code == 2 and len(lines) == 1 and "cannot write there" in lines[0], (out, err)
 
 
 @pytest.mark.parametrize("case, args, fragment", [pytest.param(*c, id=c[0]) for c in PREDICT])

@@ -182,6 +182,10 @@ def bad_files(root: Path) -> Path:
     listed.mkdir(exist_ok=True)
     shutil.copy(root / "ok.bin", listed / "train.bin")
     (listed / "meta.pkl").write_bytes(pickle.dumps({"stoi": {}}))
+    huge = root / "huge"
+    huge.mkdir(exist_ok=True)
+    shutil.copy(root / "ok.bin", huge / "train.bin")
+    (huge / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 10**30}))
     return root
 
 
@@ -205,6 +209,8 @@ BAD_TOKENS = [  # (options, the one line's fragment); {d}: the folder
     (dict(train_path="{d}/code/train.bin"), "{d}/code/meta.pkl: refused, it names pathlib."),
     (dict(train_path="{d}/junk/train.bin"), "{d}/junk/meta.pkl: not a readable meta.pkl"),
     (dict(train_path="{d}/listed/train.bin"), "{d}/listed/meta.pkl: no positive integer vocab_size in it (found dict with stoi)"),
+    (dict(train_path="{d}/huge/train.bin"), "{d}/huge/meta.pkl: vocab_size=1000000000000000000000000000000 is beyond the sane "
+     "bound for a vocabulary (4,294,967,296: uint32 ids)"),
 ]
 
 
@@ -222,6 +228,8 @@ def test_each_bad_token_file_is_one_line_naming_it(tmp_path_factory, given, frag
 
 @pytest.mark.parametrize("over, fragment", [
     (["data.train_path={d}/code/train.bin"], "refused, it names pathlib."),
+    (["data.train_path={d}/ok.bin", "data.vocab_size=1099511627776"],
+     "data.vocab_size=1099511627776 is beyond the sane bound for a vocabulary"),
     (["data.dtype=uint8", "data.train_path={d}/ok.bin"], "data.dtype: Invalid value 'uint8', expected one of [uint16, uint32]"),
 ])
 def test_a_sweep_on_a_bad_token_file_stops_before_anything_is_written(cli, tmp_path_factory, tmp_path, over, fragment):

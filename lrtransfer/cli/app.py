@@ -118,6 +118,28 @@ def summary(
         show.summary(doc)
 
 
+SCALE_RANGE = (1e-30, 1e30)  # what predict takes as a scale (a width, a depth, a number of steps)
+
+
+def _writable(out: Path, folder: bool) -> Path:
+    """`--out` checked before any record is read: the folder it writes into made if missing, and
+    writable, or one line saying why not (exit 2)."""
+    from lrtransfer.errors import UserError
+
+    import tempfile
+
+    where = out if folder else out.parent
+    try:
+        if not folder and out.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror}); choose a writable path") from None
+    return out
+
+
 @app.command()
 def plot(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
@@ -132,6 +154,7 @@ def plot(
     from lrtransfer.reporting import plots
 
     analysis.check_metric(metric)
+    out = _writable(out, folder=True) if out is not None else None
     with show.warnings_to_stderr():
         groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
     show.group_warnings(groups)
@@ -152,6 +175,7 @@ def report(
     from lrtransfer.reporting import html as html_report
 
     analysis.check_metric(metric)
+    out = _writable(out, folder=False) if out is not None else None
     with show.warnings_to_stderr():
         found = analysis.scan_runs(directory)
     groups = analysis.scanned_groups(found, metric)
@@ -188,6 +212,8 @@ def predict(
             raise UserError(f"--axis {axis} contradicts {flag}; give --axis {axis} --at N")
         axis = flag[2:]
     prediction.check_scale(value, flag)  # before reading any record
+    if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:  # 2.0 ** log2(scale) x drift overflows past it
+        raise UserError(f"{flag} {value:g} is beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
     with show.warnings_to_stderr():
         groups = analysis.groups(analysis.load_runs(directory), metric)
     preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
@@ -213,7 +239,7 @@ def export(
     from lrtransfer.reporting.export import check_format, write_table
 
     check_format(fmt)
-    path = out or Path(directory) / f"runs.{fmt}"
+    path = _writable(out, folder=False) if out is not None else Path(directory) / f"runs.{fmt}"
     with show.warnings_to_stderr():
         table = analysis.export_frame(analysis.load_runs(directory))
     write_table(table, path, fmt)

@@ -23,6 +23,9 @@ from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_f
 MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
 MAX_ABS_LOG2_LR = 100  # learning rates 2^-100 .. 2^100, well inside float32
 MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (training.memory.check_fits) takes minutes
+MAX_STEPS = 10**9  # train.steps, train.history_points: a billion steps of the smallest model is years of work
+MAX_THREADS = 4096  # engine.threads
+MAX_INT = 2**63 - 1  # any integer key: a seed, a size or a count reaches torch as a 64-bit integer
 
 
 def _check_lr_grid(cfg: Config) -> None:
@@ -116,6 +119,18 @@ def _check_adaptive(cfg: Config) -> None:
     within("adaptive.extend", a.extend, MAX_OCTAVES, "octaves (the widest LR grid)")
 
 
+def _check_int64(node, where: str = "") -> None:
+    """Every integer key of the typed config (groups and sections included) within a 64-bit
+    integer, which is what a seed, a size or a count becomes in torch: past it, a traceback
+    from deep inside a job (`Overflow when unpacking long long`) instead of this line."""
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if hasattr(value, "__dataclass_fields__"):
+            _check_int64(value, f"{where}{f.name}.")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ConfigError(f"{where}{f.name}={value} is beyond the sane bound of 2^63 - 1 (a 64-bit integer)")
+
+
 def within(key: str, value: float, bound: float, unit: str) -> None:
     """A value beyond a sane bound (`1e99` meaning "no limit") is refused, not taken at its word."""
     if not value <= bound:
@@ -174,6 +189,7 @@ def validate(cfg: DictConfig | Config) -> Config:
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     if not isinstance(cfg, Config):
         raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
+    _check_int64(cfg)
     for key in ("width", "depth", "n_seeds"):
         positive(key, getattr(cfg, key))
     if cfg.depth > MAX_DEPTH:
@@ -184,6 +200,8 @@ def validate(cfg: DictConfig | Config) -> Config:
     positive("train.steps", cfg.train.steps)
     positive("train.batch_size", cfg.train.batch_size)
     positive("train.history_points", cfg.train.history_points)
+    within("train.steps", cfg.train.steps, MAX_STEPS, "steps")
+    within("train.history_points", cfg.train.history_points, MAX_STEPS, "points")
     positive("train.diverge_factor", cfg.train.diverge_factor)
     if not 0 < cfg.train.final_window <= 1:
         raise ConfigError(f"train.final_window must be in (0, 1], got {cfg.train.final_window!r}")
@@ -196,17 +214,22 @@ def validate(cfg: DictConfig | Config) -> Config:
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
     non_negative("engine.max_memory_gb", cfg.engine.max_memory_gb)
+    if not math.isfinite(cfg.engine.max_memory_gb):
+        raise ConfigError(f"engine.max_memory_gb must be a finite number of GiB (0 = automatic), got {cfg.engine.max_memory_gb}")
     if cfg.engine.graphs not in GRAPHS:
         raise ConfigError(f"engine.graphs={cfg.engine.graphs!r} is not one of: {', '.join(GRAPHS)}")
     if not 0 <= cfg.engine.checkpoint_s < math.inf:
         raise ConfigError(f"engine.checkpoint_s must be a number of seconds >= 0 (0 = never), got {cfg.engine.checkpoint_s}")
     if cfg.engine.threads < 0:
         raise ConfigError(f"engine.threads must be >= 0 (0 = automatic), got {cfg.engine.threads}")
+    within("engine.threads", cfg.engine.threads, MAX_THREADS, "threads")
     device = cfg.engine.device
     if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError(f"engine.device={device!r} is not one of: auto, cpu, cuda, cuda:N")
     if not cfg.name or "/" in cfg.name or cfg.name.startswith("."):
         raise ConfigError(f"name={cfg.name!r} must be a non-empty folder name without '/'")
+    if not str(cfg.results_dir).strip():
+        raise ConfigError("results_dir is empty: set results_dir=PATH (the default: results)")
     for group in GROUPS:
         node = getattr(cfg, group)
         finite_fields(group, node)

@@ -56,6 +56,7 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
     version.setbase("1.3")
     parser = get_args_parser()
     args = parser.parse_intermixed_args([*argv, f"hydra.sweeper.action={action}"])
+    _refuse_output_keys(args.overrides)
     if not (args.cfg or args.info or args.shell_completion or args.run):
         # The config says MULTIRUN anyway; saying it here keeps Hydra from retrying a
         # failed composition in RUN mode, where any error became "Ambiguous value".
@@ -70,6 +71,21 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
             config_name="config",
         )
     return last_report
+
+
+# Hydra's keys for where a job's own files go: lrtransfer sets them under results_dir/name (a
+# job's folder is its id); set from the command line they would write outside it (`../../x`).
+OUTPUT_KEYS = ("hydra.sweep.", "hydra.run.", "hydra.output_subdir", "hydra.job.chdir")
+
+
+def _refuse_output_keys(overrides: list[str]) -> None:
+    from lrtransfer.options.schema import ConfigError
+
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key.startswith(OUTPUT_KEYS) or f"{key}." in OUTPUT_KEYS:
+            raise ConfigError(f"{key} is lrtransfer's to set (a job's files go to results_dir/name/JOB_ID); "
+                              "choose the folder with results_dir=PATH and name=NAME")
 
 
 @contextmanager

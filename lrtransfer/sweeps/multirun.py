@@ -137,11 +137,27 @@ def _check_memory(typed, tasks: dict) -> None:
     device = build.select_device(typed.engine.device)
     dtype = build.DTYPES[typed.train.dtype.value]
     key = (repr(typed.data), dtype)
-    if key not in tasks:
-        tasks[key] = build.task(typed, torch.device("cpu"), dtype)
-    built = build.job(typed, device, data=tasks[key])
-    check_fits(built, f"width={typed.width} depth={typed.depth} train.batch_size={typed.train.batch_size}")
+    where = f"width={typed.width} depth={typed.depth} train.batch_size={typed.train.batch_size}"
+    try:
+        if key not in tasks:
+            tasks[key] = build.task(typed, torch.device("cpu"), dtype)
+        built = build.job(typed, device, data=tasks[key])
+        check_fits(built, where)
+    except (OverflowError, MemoryError, RuntimeError, TypeError, ValueError) as e:
+        if not _too_large(e):
+            raise
+        said = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{where} data={typed.data.name}: too large to build on this machine "
+                          f"({said[:200]}); choose smaller sizes") from None
     build.check(built)
+
+
+def _too_large(e: BaseException) -> bool:
+    """Whether building failed because a size overflowed a 64-bit count or the memory: the sizes
+    are the user's (a width, a vocabulary, a data set), so that is a bad value, not a bug."""
+    text = str(e).lower()
+    return isinstance(e, (OverflowError, MemoryError)) or any(
+        w in text for w in ("overflow", "not enough memory", "cannot allocate", "out of memory"))
 
 
 def check_writable(folder: Path, keep: bool = True) -> None:

@@ -34,6 +34,7 @@ from lrtransfer.options.data.formats import DataError
 BIN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}  # data.dtype -> a .bin file's ids
 META = "meta.pkl"  # nanoGPT's vocabulary file, beside train.bin
 MAX_META_BYTES = 64 << 20  # a meta.pkl is a vocabulary; anything larger is not one
+MAX_VOCAB = 2**32  # a vocabulary: a .bin stores uint16 or uint32 ids, and no tokenizer has more
 SAMPLE_BLOCKS, BLOCK = 64, 4096  # ids checked before any job: 64 blocks of 4096 spread over the file, and its end
 
 
@@ -147,6 +148,9 @@ def meta_vocab(folder: Path) -> int | None:
         raise DataError(f"{path}: no positive integer vocab_size in it (found {type(meta).__name__}"
                         f"{' with ' + ', '.join(map(str, list(meta)[:6])) if isinstance(meta, dict) else ''}); "
                         f"{instead}")
+    if vocab > MAX_VOCAB:
+        raise DataError(f"{path}: vocab_size={vocab} is beyond the sane bound for a vocabulary "
+                        f"({MAX_VOCAB:,}: uint32 ids); {instead}")
     return vocab
 
 

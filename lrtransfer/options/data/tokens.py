@@ -29,7 +29,9 @@ from torch import Tensor
 
 from lrtransfer.options.data import Task
 from lrtransfer.options.data.formats import DataError
-from lrtransfer.options.data.tokenfiles import META, TokenFile, check_ids, check_window, meta_vocab, open_tokens
+from lrtransfer.options.data.tokenfiles import (
+    MAX_VOCAB, META, TokenFile, check_ids, check_window, meta_vocab, open_tokens,
+)
 from lrtransfer.options.schema import TOKENS, ConfigError, content, positive
 
 
@@ -69,6 +71,9 @@ def check_sizes(d) -> None:
     positive("data.eval_size", d.eval_size)
     if d.vocab_size is not None:
         positive("data.vocab_size", d.vocab_size)
+        if d.vocab_size > MAX_VOCAB:
+            raise ConfigError(f"data.vocab_size={d.vocab_size} is beyond the sane bound for a vocabulary "
+                              f"({MAX_VOCAB:,}: uint32 ids)")
 
 
 class Stream(NamedTuple):
