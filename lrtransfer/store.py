@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer.config import inner_grid, semantic
+from lrtransfer.config.validate import MAX_ABS_LOG2_LR, MAX_DEPTH
 from lrtransfer.errors import ConfigError, UserError
 
 RECORD_NAME = "record.json"
@@ -31,6 +33,13 @@ FORMAT_VERSION = 1
 # Levels of lists and mappings a record may hold; a job writes 5 at most (a run's grid value,
 # a grid's list of values), a model's own keyword arguments a few more.
 MAX_NESTING = 32
+# Beyond these a record's numbers are damage, not results: a job's learning rates lie on the config's
+# own grid (-MAX_ABS_LOG2_LR .. MAX_ABS_LOG2_LR octaves), no model is 2^40 wide or deeper than the
+# config allows, and the analysis reads integers as numpy's int64 (a larger one is an object that
+# numpy's log2 and a float division refuse).
+MAX_WIDTH = 2**40
+SCALE_BOUNDS = {"width": (MAX_WIDTH, "2^40"), "depth": (MAX_DEPTH, str(MAX_DEPTH))}
+INT64 = (-(2**63), 2**63 - 1)
 
 
 class RecordError(UserError, ValueError):
@@ -118,8 +127,10 @@ def read_record(path: Path) -> dict:
     """
     record = None
     try:
-        with open(path) as f:
+        with _open_regular(path) as f:
             record = json.load(f)
+    except RecordError:
+        raise
     except RecursionError:
         raise RecordError(f"{path}: unreadable record (nested deeper than {MAX_NESTING} levels)") from None
     except (OSError, ValueError, UnicodeDecodeError) as e:  # ValueError: JSONDecodeError, an integer too long to read
@@ -128,6 +139,28 @@ def read_record(path: Path) -> dict:
     if problem:
         raise RecordError(f"{path}: {problem}", record)
     return record
+
+
+def _open_regular(path: Path):
+    """`path` opened for reading, or a RecordError where it is no regular file. Opened without
+    blocking and checked on the open file itself: a FIFO named record.json (or adaptive.json) would otherwise wait
+    forever for a writer, and a check before opening could be raced by a rename. A symlink to a
+    regular file is read through, as `open` does."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RecordError(f"{path}: unreadable record (not a regular file: {_file_kind(mode)})")
+        return os.fdopen(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [(stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def record_problem(record: Any) -> str | None:
@@ -142,8 +175,15 @@ def record_problem(record: Any) -> str | None:
         return f"malformed record (config is a {type(record['config']).__name__}, not a mapping)"
     if not isinstance(record.get("job_id"), (str, type(None))):
         return f"malformed record (job_id={record['job_id']!r} is not a string)"
+    huge = _huge_int(record)
+    if huge:
+        return f"malformed record ({huge[0]}={_shown(huge[1])} is beyond a 64-bit integer)"
     if record["status"] != "complete":
         return None
+    for axis, (bound, said) in SCALE_BOUNDS.items():  # a config without them is refused by the analysis' own check
+        v = record["config"].get(axis, 1)
+        if not (_number(v) and 0 < v <= bound):  # also refuses NaN and inf
+            return f"malformed record (config.{axis}={_shown(v)} is not a positive number up to {said})"
     runs = record.get("runs")
     if not isinstance(runs, list):
         return "complete record without a 'runs' list"
@@ -179,7 +219,8 @@ def run_problem(run: Any, grid_key: str | None = None) -> str | None:
     seed, log2_lr, lr, diverged, final = (run.get(k) for k in ("seed", "log2_lr", "lr", "diverged", "final_loss"))
     checks = [
         (isinstance(seed, int) and not isinstance(seed, bool), "seed", seed, "a whole number"),
-        (_finite(log2_lr), "log2_lr", log2_lr, "a finite number"),
+        (_finite(log2_lr) and abs(log2_lr) <= MAX_ABS_LOG2_LR, "log2_lr", log2_lr,
+         f"a finite number in -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR} (the config's LR range)"),
         (_finite(lr) and lr > 0, "lr", lr, "a finite positive number"),
         (isinstance(diverged, bool), "diverged", diverged, "true or false"),
         (final is None or _number(final) if diverged is True else _finite(final), "final_loss", final,
@@ -189,7 +230,10 @@ def run_problem(run: Any, grid_key: str | None = None) -> str | None:
         (run.get("diverged_step") is None or isinstance(run["diverged_step"], int), "diverged_step",
          run.get("diverged_step"), "a whole number or null"),
     ]
-    checks += [(run.get(k) is None or _number(run[k]), k, run.get(k), "a number or null") for k in ("eval_loss", "eval_acc")]
+    checks.append((run.get("eval_loss") is None or _number(run["eval_loss"]), "eval_loss", run.get("eval_loss"),
+                   "a number or null"))
+    checks.append((run.get("eval_acc") is None or (_number(run["eval_acc"]) and 0 <= run["eval_acc"] <= 1), "eval_acc",
+                   run.get("eval_acc"), "a fraction in [0, 1] or null"))
     checks += [(isinstance(run.get(k, []), list) and all(v is None or _number(v) for v in run.get(k, [])), k,
                 run.get(k), "a list of numbers") for k in ("history_step", "history_loss")]
     if grid_key is not None:
@@ -197,8 +241,34 @@ def run_problem(run: Any, grid_key: str | None = None) -> str | None:
         checks.append((_finite(value), f"grid.{grid_key}", value, "a finite number"))
     for ok, key, value, valid in checks:
         if not ok:
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-            return f"{key}={shown} is not {valid}"
+            return f"{key}={_shown(value)} is not {valid}"
+    steps, losses = run.get("history_step", []), run.get("history_loss", [])
+    if len(steps) != len(losses):  # each loss is the one at its step: a plot pairs them
+        return f"history_loss has {len(losses)} values, history_step {len(steps)}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _huge_int(record: dict) -> tuple[str, int] | None:
+    """The first integer of `record` outside int64, with its dotted key, or None. Walked without
+    recursion; a key is spelt out only for the integer found (a record holds thousands of values)."""
+    stack: list[tuple[Any, Any, Any]] = [(record, None, None)]  # (container, its parent's entry, its key there)
+    while stack:
+        entry = stack.pop()
+        node = entry[0]
+        for k, v in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(v, (dict, list)):
+                stack.append((v, entry, k))
+            elif type(v) is int and not INT64[0] <= v <= INT64[1]:  # an int subclass (bool) is never huge
+                keys = [f"[{k}]" if isinstance(node, list) else f".{k}"]
+                while entry[1] is not None:
+                    keys.append(f"[{entry[2]}]" if isinstance(entry[1][0], list) else f".{entry[2]}")
+                    entry = entry[1]
+                return "".join(reversed(keys)).lstrip("."), v
     return None
 
 
@@ -250,11 +320,14 @@ def read_rounds(path: Path) -> list[dict]:
     """The groups of a rounds file that have the fields a report reads; a file that is not one is
     skipped with a warning."""
     try:
-        with open(path) as f:
+        with _open_regular(path) as f:
             doc = json.load(f)
         groups = doc["groups"]
         if not isinstance(groups, list):
             raise TypeError("'groups' is not a list")
+    except RecordError as e:  # no regular file
+        warnings.warn(f"skipped {e}", stacklevel=2)
+        return []
     except (OSError, ValueError, KeyError, TypeError) as e:
         warnings.warn(f"skipped {path}: not an adaptive sweep's rounds ({e.__class__.__name__}: {e})", stacklevel=2)
         return []

@@ -64,3 +64,19 @@ def lrtransfer_cmd() -> list[str]:
     """The installed console script of this interpreter's environment, for real subprocesses."""
     exe = shutil.which("lrtransfer", path=os.path.dirname(sys.executable)) or shutil.which("lrtransfer")
     return [exe] if exe else [sys.executable, "-c", "from lrtransfer.cli.app import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def two_widths(tmp_path_factory):
+    """A finished study of two widths (`name=s`), to be copied and damaged."""
+    from lrtransfer.sweeps.launch import launch
+
+    root = tmp_path_factory.mktemp("two")
+    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
+    return root
+
+
+def copy_study(src, dst):
+    """A copy of `two_widths`' folder at `dst`, and its records, sorted."""
+    shutil.copytree(src, dst)
+    return sorted((dst / "s").glob("*/record.json"))

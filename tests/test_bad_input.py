@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY
+from tests.conftest import copy_study as _copy
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -97,7 +98,6 @@ CATALOGUE = [
     ("width that overflows a size", ["width=1000000000000"], "width=1000000000000 depth=3 train.batch_size=16 data=teacher: "
      "too large to build on this machine (Storage size calculation overflowed"),
     ("teacher input past memory", ["data.input_dim=1000000000000000"], "data=teacher: too large to build on this machine"),
-    ("empty results folder", ["results_dir="], "results_dir is empty: set results_dir=PATH"),
     ("Hydra's sweep folder", ["hydra.sweep.subdir=../../x"], "hydra.sweep.subdir is lrtransfer's to set"),
     ("Hydra's run folder", ["hydra.run.dir={tmp}/elsewhere"], "hydra.run.dir is lrtransfer's to set"),
     ("teacher input_dim 0", ["data.input_dim=0"], "data.input_dim must be positive, got 0"),
@@ -395,23 +395,6 @@ def finished(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def two_widths(tmp_path_factory):
-    """A finished study of two widths, to be copied and damaged."""
-    from lrtransfer.sweeps.launch import launch
-
-    root = tmp_path_factory.mktemp("two")
-    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
-    return root
-
-
-def _copy(src, dst):
-    import shutil
-
-    shutil.copytree(src, dst)
-    return sorted((dst / "s").glob("*/record.json"))
-
-
 @pytest.mark.parametrize("case, args, fragment", CASES)
 def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, user_models, case, args, fragment):
     before = {p: p.read_bytes() for p in finished.rglob("record.json")}
@@ -424,6 +407,13 @@ def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, user_model
     assert lines[0].startswith("error: ") and fragment.format(**subs) in lines[0], lines[0]
     assert "Traceback" not in err
     assert {p: p.read_bytes() for p in finished.rglob("record.json")} == before
+
+
+def test_an_empty_results_dir_is_one_line(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where an empty results_dir would have written the study
+    code, _, err = cli("sweep", *TINY, "results_dir=")
+    assert code == 2 and err.strip() == "error: results_dir is empty: set results_dir=PATH (the default: results)", err
+    assert not list(tmp_path.rglob("record.json"))
 
 
 def test_unwritable_results_dir(cli, tmp_path):

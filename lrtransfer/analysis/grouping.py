@@ -13,6 +13,7 @@ their precedence, and a study whose curves differ only in `train.steps`,
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 
 import numpy as np
@@ -52,11 +53,13 @@ def scale_axis(df: pd.DataFrame) -> str:
 
 def axis_candidates(df: pd.DataFrame, keys: list[str]) -> list[str]:
     """The keys of `keys` that can be a scale axis, in precedence order: `SCALE_AXES` first, then
-    the others by name. A candidate's every value is a positive number (its drift is per doubling,
-    on log2 of the key), where the key is set."""
+    the others by name. A candidate's every value is a positive finite number (its drift is per
+    doubling, on log2 of the key, and a key set to inf, `train.diverge_factor`, has none), where the
+    key is set."""
     def positive_numbers(c: str) -> bool:
         v = df[c].dropna()
-        return bool(len(v)) and all(isinstance(x, Real) and not isinstance(x, (bool, np.bool_)) and x > 0 for x in v)
+        return bool(len(v)) and all(isinstance(x, Real) and not isinstance(x, (bool, np.bool_)) and 0 < x < math.inf
+                                    for x in v)
 
     ok = [c for c in keys if positive_numbers(c)]
     return [a for a in SCALE_AXES if a in ok] + sorted(c for c in ok if c not in SCALE_AXES)
@@ -78,7 +81,9 @@ def partition(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
 
 
 def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
-    df = df.dropna(axis=1, how="all")  # keys no job of this study has (other studies' options), or all null
+    # keys no job of this study has (other studies' options), or all null; a run column stays even
+    # when empty (every run diverged: no loss at all), as the curves and counts are read off it
+    df = df.drop(columns=[c for c in df.columns if c not in RUN_COLUMNS and df[c].isna().all()])
     axis = scale_axis(df)
     if axis not in SCALE_AXES:  # records hold config values as written: the axis' become numbers to sort and fit
         df = df.assign(**{axis: pd.to_numeric(df[axis])})
