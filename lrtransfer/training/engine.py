@@ -43,6 +43,9 @@ from lrtransfer.training.graphs import GraphedStep, use_graphs
 from lrtransfer.training.memory import chunk_size
 from lrtransfer.training.precision import autocast, matmul_copies, matmul_precision
 from lrtransfer.training.results import RunResult, results_of
+from lrtransfer.training.saved_state import (
+    DamagedState, check_finished, described, finite_for, is_int, is_tensor_like, require, tensors_in,
+)
 from lrtransfer.training.schedule import lr_factor
 
 if TYPE_CHECKING:
@@ -133,15 +136,24 @@ def run_key(run: Run) -> tuple:
 
 def steps_done(state: dict, steps: int) -> int:
     """Run-steps a saved state (`train`'s checkpoint) has behind it: its finished runs, `steps`
-    each, and the steps of the chunk it stopped in."""
-    return len(state["done"]) * steps + int(state["ensemble"]["step_index"]) * len(state["chunks"][state["chunk"]])
+    each, and the steps of the chunk it stopped in. A state claiming steps no job of `steps`
+    could have done raises `DamagedState`: a plan must not count a saving the job will not get
+    (its resume rejects that state, `check_state`)."""
+    chunks, chunk, step = state["chunks"], state["chunk"], state["ensemble"]["step_index"]
+    require(is_int(chunk) and 0 <= chunk < len(chunks), f"chunk={chunk!r} is not one of {len(chunks)}")
+    require(len(state["done"]) == sum(map(len, chunks[:chunk])), f"{len(state['done'])} finished runs before chunk {chunk}")
+    require(is_int(step) and 0 <= step <= steps, f"step_index={step!r} is not a step of a {steps}-step job")
+    return len(state["done"]) * steps + step * len(chunks[chunk])
 
 
 def _resume(checkpoint: Checkpointer | None, key: list, make: Callable[[int], Ensemble]):
     """(finished results, index of the chunk to resume, its ensemble restored), or None to start afresh.
 
     A checkpoint that does not restore exactly (other runs, another layout) is
-    rejected: reported and removed, so no job fails on one.
+    rejected: reported and removed, so no job fails on one. So is one that loads but holds
+    a state no training of this job reaches (edited, or damaged where it still unpickles):
+    resumed, it would fail in the middle of the job, every re-run again, or worse, finish
+    with wrong numbers (`check_state`, `check_finished`).
     """
     saved = checkpoint.load() if checkpoint else None
     if saved is None:
@@ -150,12 +162,14 @@ def _resume(checkpoint: Checkpointer | None, key: list, make: Callable[[int], En
         checkpoint.reject("it holds other runs (another LR grid, seeds or ensemble size)")
         return None
     try:
-        done = [RunResult(**r) for r in saved["done"]]
         start = saved["chunk"]
-        if not (isinstance(start, int) and 0 <= start < len(key) and len(done) == sum(map(len, key[:start]))):
-            raise ValueError(f"chunk {start!r} with {len(done)} finished runs")
+        require(is_int(start) and 0 <= start < len(key), f"chunk={start!r} is not one of the job's {len(key)}")
         ens = make(start)
+        done = check_finished(saved["done"], [k for chunk in key[:start] for k in chunk], ens.steps)
         ens.load_state_dict(saved["ensemble"])
+    except DamagedState as e:
+        checkpoint.reject(f"damaged ({e})")
+        return None
     except Exception as e:  # a layout of another version, or a damaged file that still unpickles
         checkpoint.reject(f"another layout ({e.__class__.__name__}: {e})")
         return None
@@ -299,20 +313,14 @@ class Ensemble:
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
-        dsts, srcs = self.tensors + list(self.opt.state), state["tensors"] + state["opt_state"]
-        if len(dsts) != len(srcs) or len(self.gens) != len(state["gens"]):
-            raise ValueError(f"{len(srcs)} saved tensors for {len(dsts)}")
-        for dst, src in zip(dsts, srcs):
-            if dst.shape != src.shape:
-                raise ValueError(f"a saved tensor of shape {tuple(src.shape)} for one of {tuple(dst.shape)}")
+        """Checked whole first (`check_state`): a state that fails is rejected before anything of
+        it is copied, and one that passes cannot fail or mislead the steps that follow."""
+        self.check_state(state)
+        for dst, src in zip(self.tensors + list(self.opt.state), state["tensors"] + state["opt_state"]):
             dst.copy_(src)
         buffers = {n: b for n, b in self.model.named_buffers() if _persistent(self.model, n)}
         saved = state.get("buffers", {})
-        if set(saved) != set(buffers):
-            raise ValueError(f"saved buffers {sorted(saved)[:3]} for {sorted(buffers)[:3]}")
         for name, b in buffers.items():
-            if b.shape != saved[name].shape:
-                raise ValueError(f"a saved buffer of shape {tuple(saved[name].shape)} for one of {tuple(b.shape)}")
             b.copy_(saved[name])
         self.opt.t = state["opt_t"]
         for g, s in zip(self.gens, state["gens"]):
@@ -325,7 +333,73 @@ class Ensemble:
         self.diverged_step = list(state["diverged_step"])
         self.history.copy_(state["history"])
         self.param.load_state_dict(_to(state["param"], self.device))
-        self.step_index = self.checked = self.reported = state["step_index"]
+        self.step_index = self.reported = state["step_index"]
+        self.checked = state["checked"]
+
+    @torch.no_grad()
+    def check_state(self, state: dict) -> None:
+        """Raise `DamagedState` unless `state` is one this ensemble, fresh, reaches by training.
+
+        A checkpoint loads with any numbers in it, and the step loop trusts its own: a counter
+        past the job's steps ends it with NaN losses recorded as complete, a NaN rate records
+        every run as diverged, a frozen run without its step fails at the record. So each field
+        is held to what the loop makes of it, by the loop's own rules where there are some
+        (`_check` for which runs diverged and where, this ensemble's rates), and a field of the
+        wrong kind raises here or in the lookups (another layout) before anything is restored.
+        """
+        K, steps = self.K, self.steps
+        step, checked, t = state["step_index"], state["checked"], state["opt_t"]
+        require(is_int(step) and 0 <= step <= steps, f"step_index={step!r} is not a step of a {steps}-step job")
+        require(is_int(checked) and 0 <= checked <= step, f"checked={checked!r} is not a step in [0, step_index={step}]")
+        # An optimizer that counts steps (`advance`) counts one per step of the loop
+        counts = hasattr(self.opt, "advance")
+        require(is_int(t) and (t == step if counts else t >= 0),
+                 f"opt_t={t!r} is not the optimizer's step count after {step} steps")
+
+        history = state["history"]
+        require(is_tensor_like(history, self.history), f"history {described(history)} is not {described(self.history)}")
+        alive, diverged = state["alive"], state["diverged_step"]
+        require(is_tensor_like(alive, self.alive), f"alive {described(alive)} is not {described(self.alive)}")
+        require(isinstance(diverged, list) and len(diverged) == K and all(d is None or is_int(d) for d in diverged),
+                 f"diverged_step={diverged!r} is not {K} steps or nulls")
+        # Which runs diverged, and at which step, follows from the losses examined so far (`_check`)
+        expect_alive, expect_diverged = torch.ones(K, dtype=torch.bool), [None] * K
+        if checked:
+            _check(history, 0, checked, expect_alive, expect_diverged, self.train.diverge_factor)
+        require(torch.equal(alive.cpu(), expect_alive) and diverged == expect_diverged,
+                 f"alive={alive.tolist()}, diverged_step={diverged} are not what the saved history's losses say "
+                 f"(alive={expect_alive.tolist()}, diverged_step={expect_diverged})")
+        lr = state["lr_alive"]
+        require(is_tensor_like(lr, self.lr_alive), f"lr_alive {described(lr)} is not {described(self.lr_alive)}")
+        expect_lr = torch.where(expect_alive, self.lr_alive.cpu(), 0)
+        require(torch.equal(lr.cpu(), expect_lr),
+                 f"lr_alive={lr.tolist()} is not each live run's rate and 0 for a frozen one ({expect_lr.tolist()})")
+
+        live = torch.nonzero(expect_alive).flatten()
+        buffers = {n: b for n, b in self.model.named_buffers() if _persistent(self.model, n)}
+        saved_buffers = state.get("buffers", {})
+        require(isinstance(saved_buffers, dict) and set(saved_buffers) == set(buffers),
+                 f"saved buffers {sorted(saved_buffers)[:3]} for {sorted(buffers)[:3]}")
+        for name, dsts in (("tensors", self.tensors), ("opt_state", list(self.opt.state)),
+                           ("buffers", list(buffers.values()))):
+            srcs = state[name] if name != "buffers" else [saved_buffers[n] for n in buffers]
+            require(isinstance(srcs, list) and len(srcs) == len(dsts), f"{name}: {len(srcs)} saved tensors for {len(dsts)}")
+            for i, (dst, src) in enumerate(zip(dsts, srcs)):
+                require(is_tensor_like(src, dst), f"{name}[{i}] {described(src)} is not {described(dst)}")
+                require(finite_for(src, live, K), f"{name}[{i}] is not finite for a run still training")
+        gens = state["gens"]
+        require(isinstance(gens, list) and len(gens) == len(self.gens)
+                 and all(is_tensor_like(s, g.get_state()) for s, g in zip(gens, self.gens)),
+                 f"gens is not the state of {len(self.gens)} generators")
+        # The parameterization's (the power iteration's warm start): laid out as a fresh one lays
+        # it out, one entry per tensor, its vectors made by training, so finite
+        param, fresh = state["param"], self.param.state_dict()
+        require(isinstance(param, dict) and set(param) == set(fresh), f"param is not a dict of the keys {sorted(fresh)}")
+        for name, entries in fresh.items():
+            if isinstance(entries, list):
+                require(isinstance(param[name], list) and len(param[name]) == len(entries),
+                         f"param[{name!r}] is not {len(entries)} entries")
+        require(all(finite_for(t, live, K) for t in tensors_in(param)), "param is not finite for a run still training")
 
     def results(self) -> list[RunResult]:
         return results_of(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)
