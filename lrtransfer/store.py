@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer.config import inner_grid, semantic
-from lrtransfer.config.validate import MAX_ABS_LOG2_LR, MAX_DEPTH
+from lrtransfer.config.validate import MAX_ABS_LOG2_LR, MAX_DEPTH, MAX_INT
 from lrtransfer.errors import ConfigError, UserError
 
 RECORD_NAME = "record.json"
@@ -39,7 +39,7 @@ MAX_NESTING = 32
 # numpy's log2 and a float division refuse).
 MAX_WIDTH = 2**40
 SCALE_BOUNDS = {"width": (MAX_WIDTH, "2^40"), "depth": (MAX_DEPTH, str(MAX_DEPTH))}
-INT64 = (-(2**63), 2**63 - 1)
+INT64 = (-MAX_INT - 1, MAX_INT)
 
 
 class RecordError(UserError, ValueError):
@@ -81,6 +81,14 @@ def study_dir(results_dir: str | os.PathLike, name: str) -> Path:
 
 def job_dir(cfg: DictConfig | dict) -> Path:
     return study_dir(cfg["results_dir"], cfg["name"]) / job_id(cfg)
+
+
+def probe_writable(folder: Path) -> None:
+    """Make `folder` if missing and write a file in it, or raise the OSError that says why not:
+    the one test of "can results go here", asked before any work (a results folder, an --out)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+        pass
 
 
 def write_text_atomic(path: Path, text: str) -> None:

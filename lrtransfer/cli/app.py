@@ -125,16 +125,12 @@ def _writable(out: Path, folder: bool) -> Path:
     """`--out` checked before any record is read: the folder it writes into made if missing, and
     writable, or one line saying why not (exit 2)."""
     from lrtransfer.errors import UserError
+    from lrtransfer.store import probe_writable
 
-    import tempfile
-
-    where = out if folder else out.parent
     try:
         if not folder and out.is_dir():
             raise IsADirectoryError(21, "Is a directory")
-        where.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=where, prefix=".write-test-"):
-            pass
+        probe_writable(out if folder else out.parent)
     except OSError as e:
         raise UserError(f"--out {out}: cannot write there ({e.strerror}); choose a writable path") from None
     return out

@@ -9,7 +9,6 @@ Ctrl-C or SIGTERM with every finished record kept.
 
 from __future__ import annotations
 
-import tempfile
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer.config import Config, ConfigError, run_steps, validate
 from lrtransfer.errors import Fault
-from lrtransfer.store import is_complete, job_dir, write_text_atomic
+from lrtransfer.store import is_complete, job_dir, probe_writable, write_text_atomic
 from lrtransfer.training import stop
 
 
@@ -165,9 +164,7 @@ def check_writable(folder: Path, keep: bool = True) -> None:
     it made to find out."""
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
+        probe_writable(folder)
     except OSError as e:
         raise ConfigError(f"results folder '{folder}' is not writable ({e.strerror}); set results_dir=PATH") from None
     finally:
