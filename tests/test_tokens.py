@@ -164,6 +164,8 @@ def bad_files(root: Path) -> Path:
     np.save(root / "objects.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
     np.save(root / "floats.npy", ids.astype(np.float32))
     np.save(root / "fortran.npy", np.asfortranarray(ids[:900].reshape(30, 30)))
+    np.save(root / "rows.npy", ids[:900].reshape(30, 30).astype(np.int32))
+    np.save(root / "scalar.npy", np.int32(3))
     np.save(root / "ints.npy", ids.astype(np.int32))
     (root / "cut.npy").write_bytes((root / "ints.npy").read_bytes()[:-6])
     np.save(root / "negative.npy", -ids.astype(np.int32))
@@ -202,7 +204,10 @@ BAD_TOKENS = [  # (options, the one line's fragment); {d}: the folder
      "data.eval_size=200 windows held out from it: it needs at least 1610 (or give data.val_path)"),
     (dict(train_path="{d}/objects.npy", vocab_size=40), "holds Python objects (dtype object), which only unpickling could read"),
     (dict(train_path="{d}/floats.npy", vocab_size=40), "holds float32 values; token ids are integers"),
-    (dict(train_path="{d}/fortran.npy", vocab_size=40), "a Fortran-ordered (30, 30) array"),
+    (dict(train_path="{d}/fortran.npy", vocab_size=40), "a 2-D array of shape (30, 30); a token file is one stream"),
+    (dict(train_path="{d}/rows.npy", vocab_size=40), "a 2-D array of shape (30, 30); a token file is one stream of ids: "
+     "save a 1-D array (np.ravel(ids) joins rows in order"),
+    (dict(train_path="{d}/scalar.npy", vocab_size=40), "a 0-D array of shape ()"),
     (dict(train_path="{d}/cut.npy", vocab_size=40), "its header says 1000 ids of 4 bytes but the file holds 3994 bytes"),
     (dict(train_path="{d}/negative.npy", vocab_size=40), "is outside the vocabulary of 40"),
     (dict(train_path="{d}/not.npy", vocab_size=40), "data.train_path={d}/not.npy: not a readable .npy file"),

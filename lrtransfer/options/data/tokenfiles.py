@@ -91,7 +91,7 @@ def _open_npy(path: Path, key: str) -> TokenFile:
             version = fmt.read_magic(f)
             if version not in readers:
                 raise DataError(f"{key}: .npy format version {version[0]}.{version[1]}; readable: 1.0, 2.0")
-            shape, fortran, dtype = readers[version](f)
+            shape, _, dtype = readers[version](f)
             offset = f.tell()
     except DataError:
         raise
@@ -102,8 +102,9 @@ def _open_npy(path: Path, key: str) -> TokenFile:
                         "save the token ids as an integer array")
     if dtype.kind not in "ui":
         raise DataError(f"{key}: holds {dtype} values; token ids are integers (uint16, uint32, int32, int64, ...)")
-    if fortran and len(shape) > 1:
-        raise DataError(f"{key}: a Fortran-ordered {shape} array; save it in C order (np.ascontiguousarray)")
+    if len(shape) != 1:  # rows of a 2-D array may be documents or windows: joining them is the user's call
+        raise DataError(f"{key}: a {len(shape)}-D array of shape {shape}; a token file is one stream of ids: "
+                        "save a 1-D array (np.ravel(ids) joins rows in order, if they are one stream)")
     n = int(np.prod(shape, dtype=np.int64))
     size = path.stat().st_size
     if size != offset + n * dtype.itemsize:
@@ -149,9 +150,13 @@ def meta_vocab(folder: Path) -> int | None:
                         f"{' with ' + ', '.join(map(str, list(meta)[:6])) if isinstance(meta, dict) else ''}); "
                         f"{instead}")
     if vocab > MAX_VOCAB:
-        raise DataError(f"{path}: vocab_size={vocab} is beyond the sane bound for a vocabulary "
-                        f"({MAX_VOCAB:,}: uint32 ids); {instead}")
+        raise DataError(f"{path}: {too_large(vocab)}; {instead}")
     return vocab
+
+
+def too_large(vocab: int) -> str:
+    """Why a vocabulary past MAX_VOCAB is refused, wherever it was given."""
+    return f"vocab_size={vocab} is beyond the sane bound for a vocabulary ({MAX_VOCAB:,}: uint32 ids)"
 
 
 def check_ids(ids: TokenFile, vocab: int, key: str) -> None:

@@ -30,7 +30,7 @@ from torch import Tensor
 from lrtransfer.options.data import Task
 from lrtransfer.options.data.formats import DataError
 from lrtransfer.options.data.tokenfiles import (
-    MAX_VOCAB, META, TokenFile, check_ids, check_window, meta_vocab, open_tokens,
+    MAX_VOCAB, META, TokenFile, check_ids, check_window, meta_vocab, open_tokens, too_large,
 )
 from lrtransfer.options.schema import TOKENS, ConfigError, content, positive
 
@@ -72,8 +72,7 @@ def check_sizes(d) -> None:
     if d.vocab_size is not None:
         positive("data.vocab_size", d.vocab_size)
         if d.vocab_size > MAX_VOCAB:
-            raise ConfigError(f"data.vocab_size={d.vocab_size} is beyond the sane bound for a vocabulary "
-                              f"({MAX_VOCAB:,}: uint32 ids)")
+            raise ConfigError(f"data.{too_large(d.vocab_size)}")
 
 
 class Stream(NamedTuple):
