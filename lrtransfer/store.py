@@ -201,10 +201,15 @@ def record_problem(record: Any) -> str | None:
         found = inner_grid(record["config"])
     except (ConfigError, AttributeError) as e:
         return f"malformed record ({e})"
+    seen: dict[tuple, int] = {}
     for i, run in enumerate(runs):
         why = run_problem(run, None if found is None else found[0])
         if why:
             return f"malformed record (run {i}: {why})"
+        key = (run["seed"], run["log2_lr"], run.get("grid", {}).get(found[0]) if found else None)
+        if key in seen:  # a job trains each LR of its grid once per seed: one of the two was added
+            return f"malformed record (runs {seen[key]} and {i} are both seed {key[0]} at log2_lr={key[1]})"
+        seen[key] = i
     return None
 
 
@@ -250,6 +255,8 @@ def run_problem(run: Any, grid_key: str | None = None) -> str | None:
     for ok, key, value, valid in checks:
         if not ok:
             return f"{key}={_shown(value)} is not {valid}"
+    if not math.isclose(lr, 2.0**log2_lr, rel_tol=1e-9):  # a job writes both; log2_lr is rounded to 10 digits
+        return f"lr={_shown(lr)} is not 2**log2_lr={2.0**log2_lr:.6g}"
     steps, losses = run.get("history_step", []), run.get("history_loss", [])
     if len(steps) != len(losses):  # each loss is the one at its step: a plot pairs them
         return f"history_loss has {len(losses)} values, history_step {len(steps)}"

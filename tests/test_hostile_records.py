@@ -99,6 +99,8 @@ DAMAGE = [
     ("seed 10**30", _set_run(1, seed=10**30), "seed="),
     ("eval_acc 5", _set_run(2, eval_acc=5.0), "eval_acc=5.0 is not"),
     ("history of two lengths", lambda rec: rec["runs"][0]["history_loss"].pop(), "history_loss"),
+    ("lr not 2**log2_lr", _set_run(0, lr=1.0), "lr=1.0 is not 2**log2_lr="),
+    ("a run twice", lambda rec: rec["runs"].append(dict(rec["runs"][3])), "runs 3 and "),
 ]
 
 

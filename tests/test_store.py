@@ -102,7 +102,7 @@ def test_a_record_with_a_bad_value_is_refused_naming_it(tmp_path, change, why):
 def test_what_a_job_writes_is_read():
     """The values the engine writes for a diverged run (no final loss) and a held-out loss that
     overflowed are numbers where numbers belong."""
-    diverged = {**RUN, "final_loss": None, "diverged": True, "diverged_step": 3, "initial_loss": 2.3,
+    diverged = {**RUN, "lr": 2.0**-7, "log2_lr": -7.0, "final_loss": None, "diverged": True, "diverged_step": 3, "initial_loss": 2.3,
                 "eval_loss": float("nan"), "eval_acc": None, "history_step": [0, 3], "history_loss": [2.3, None]}
     assert record_problem({"status": "complete", "config": {}, "runs": [RUN, diverged]}) is None
 
