@@ -76,6 +76,13 @@ def test_cfg_job_of_a_sweep_shows_its_first_job(cli):
     assert code == 0 and "\nwidth: 32\n" in out
 
 
+def test_cfg_job_says_how_to_see_the_values_it_prints_as_interpolations(cli):
+    code, out, err = cli("sweep", "--cfg", "job")
+    assert code == 0 and "log2_min: ${lrt_lr:log2_min}" in out and "--cfg job --resolve shows them" in err
+    code, out, err = cli("sweep", "--cfg", "job", "--resolve")
+    assert code == 0 and "log2_min: -14.0" in out and "${" not in out + err
+
+
 def test_sweep_h_lists_the_users_groups_not_the_internal_ones(cli):
     code, out, _ = cli("sweep", "-h")
     assert code == 0

@@ -20,7 +20,10 @@ def plan(plan, show: str | None) -> None:
         if len(plan.jobs) > 1:
             typer.echo(f"# the first of {len(plan.jobs)} jobs ({plan.jobs[0].varying}); "
                        "lrtransfer sweep --plan lists them all", err=True)
-        typer.echo(OmegaConf.to_yaml(plan.first_config, resolve=show == "resolved"), nl=False)
+        text = OmegaConf.to_yaml(plan.first_config, resolve=show == "resolved")
+        if "${" in text:  # Hydra's --cfg prints interpolations as written
+            typer.echo("# ${...} values are filled in when the job runs; --cfg job --resolve shows them", err=True)
+        typer.echo(text, nl=False)
         return
     for line in describe(plan):
         typer.echo(line)
