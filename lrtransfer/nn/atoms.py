@@ -231,8 +231,8 @@ class Linear(Atom):
         if x.dim() > 3:  # (K, B, ..., fan_in), e.g. (K, B, T, fan_in): the middle axes as one
             return self.forward(x.flatten(1, -2)).unflatten(1, x.shape[1:-1])
         y = scaled(torch.matmul(x, self.weight), self.weight_mult)
-        if self.bias is not None:
-            y = y + scaled(self.bias, self.bias_mult)
+        if self.bias is not None:  # in the product's dtype (bf16 under autocast), as torch's linear and conv add it
+            y = y + scaled(self.bias, self.bias_mult).to(y.dtype)
         return y
 
 

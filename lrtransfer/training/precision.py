@@ -6,8 +6,9 @@ state stay float32 (the masters), and each matrix a layer multiplies by
 (`Atom.MATRICES`) gets a bfloat16 copy that the layer computes with, written once a
 step by the optimizer's own pass (`matmul_copies`), not cast at every use. The
 forward runs under torch.autocast, which casts the activations entering a product and
-keeps losses in float32; a bias, a residual sum or a norm adds a bfloat16 product to
-float32 and so stays float32, and the transformer's attention opts out on a CPU
+keeps losses in float32; a Linear adds its bias in bfloat16 (as torch's linear does),
+so the nonlinearity after it runs in bfloat16; a residual sum or a norm adds a bfloat16
+product to float32 and so stays float32, and the transformer's attention opts out on a CPU
 (`options/model/transformer.py`).
 
 On a CPU only the bf16 settings apply; on CUDA, TF32 is set both ways around each
