@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -159,6 +160,21 @@ def test_a_round_the_budget_cut_short_names_the_budget_that_trains_all_of_it(tmp
     whole = lrtransfer.sweep(args, until_decided=True, budget=needs)["adaptive"]
     assert whole["rounds"] == index and whole["run_steps"] == needs
     assert "cut round" not in (whole["groups"][0]["undecided"] or "")
+
+
+def test_a_fixed_sweep_into_an_adaptive_sweeps_folder_is_flagged_as_mixed(cli, short_run, tmp_path):
+    """Both kinds of record in one group are read pooled, with the fixed grid's estimators: the
+    numbers are neither sweep's own, and the summary says so."""
+    shutil.copytree(short_run / "s", tmp_path / "s")
+    code, alone, err = cli("summary", str(tmp_path / "s"), "--json")
+    assert code == 0 and not any("mixed" in w for w in json.loads(alone)["groups"][0]["warnings"])
+    fixed = [a for a in ADAPT if not a.startswith(("--until", "adaptive.", "lr.resolution"))]
+    code, out, err = cli("sweep", *fixed, "lr.log2_step=2", f"results_dir={tmp_path}", "name=s")
+    assert code == 0, err
+    code, mixed, err = cli("summary", str(tmp_path / "s"), "--json")
+    (group,) = json.loads(mixed)["groups"]
+    assert any(w.startswith("mixed: ") and "of a fixed grid in one group" in w and "name=" in w
+               for w in group["warnings"]), group["warnings"]
 
 
 def test_the_plan_of_an_adaptive_sweep_shows_round_one_and_the_budget(cli, tmp_path):

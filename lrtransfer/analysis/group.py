@@ -120,7 +120,7 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
     seeds, tables = seed_tables(sub, axis, metric, scales)
     window = ADAPTIVE_WINDOW if adaptive_design(sub) else None
     opt = scale_optima(cv, scales, maximize, window)
-    warn = grid_warnings(axis, scales, opt)
+    warn = grid_warnings(axis, scales, opt) + mixed_design(sub)
 
     # Drift over the located optima; resampling gives its interval.
     located = [k in LOCATED for k in opt.kind]
@@ -185,6 +185,20 @@ ADAPTIVE_WINDOW = 1.0
 def adaptive_design(sub: pd.DataFrame) -> bool:
     """Runs of an adaptive sweep (`--until-decided`): their records say so (`adaptive.enabled`)."""
     return "adaptive.enabled" in sub and bool(sub["adaptive.enabled"].fillna(False).astype(bool).all())
+
+
+def mixed_design(sub: pd.DataFrame) -> list[str]:
+    """A warning where one group pools an adaptive sweep's records with a fixed grid's (both
+    into one study folder): they are read together, by the fixed grid's estimators, so the
+    numbers are neither sweep's own."""
+    if "adaptive.enabled" not in sub:
+        return []
+    jobs = sub.groupby("job_id", sort=False)["adaptive.enabled"].first().fillna(False).astype(bool)
+    if jobs.all() or not jobs.any():
+        return []
+    return [f"mixed: {int(jobs.sum())} record(s) of an adaptive sweep (--until-decided) and {int((~jobs).sum())} of a "
+            "fixed grid in one group, read together with the fixed grid's estimators (not the adaptive sweep's "
+            "verdict); give each sweep its own name=... to keep them apart"]
 
 
 def seed_spread(tables: dict, scales: list, maximize: bool, window: float) -> tuple[np.ndarray, float, int]:
