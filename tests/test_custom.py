@@ -3,6 +3,7 @@ its roles are read off shapes, and a module vmap cannot run still trains (one ru
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from lrtransfer.training import build, engine
 from lrtransfer.training.engine import Run
 from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 from lrtransfer.store import job_id
-from tests.conftest import compose, typed
+from tests.conftest import compose, lrtransfer_cmd, typed
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
@@ -338,3 +339,16 @@ def test_buffers_are_saved_in_checkpoints(models):
     ours, theirs = dict(resumed.model.named_buffers()), dict(whole.model.named_buffers())
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[n], theirs[n]) for n in ours)
     assert not torch.equal(theirs["stacked.1/running_mean"], engine.Ensemble(built, runs).model.stacked.get_buffer("1/running_mean"))
+
+
+def test_a_package_in_the_folder_the_sweep_runs_from_is_found(tmp_path):
+    """`model.target=mypkg.nets:build` run from the folder mypkg sits in, as `python -m` would find
+    it: the `lrtransfer` command itself does not put that folder on the path."""
+    pkg = tmp_path / "herepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "nets.py").write_text(TARGET.replace("import helpers\n", "").replace("helpers.act()", "nn.ReLU()"))
+    done = subprocess.run(lrtransfer_cmd() + ["sweep", "--plan", "model=custom", "model.target=herepkg.nets:build",
+                                              "width=16,32", f"results_dir={tmp_path / 'r'}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "2 job(s)" in done.stdout, (done.stdout, done.stderr)

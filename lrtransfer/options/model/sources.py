@@ -25,7 +25,7 @@ from contextlib import suppress
 from functools import cache
 from pathlib import Path
 
-from lrtransfer.options.model.target import _is_file, split
+from lrtransfer.options.model.target import _is_file, search_here, split
 
 MAX_FILES = 2000  # a closure larger than this is a whole installed library, not a model's own files
 
@@ -58,6 +58,7 @@ def origin(target: str) -> Path | None:
         if _is_file(where):
             path = Path(where)
         else:
+            search_here()
             spec = importlib.util.find_spec(where)
             path = Path(spec.origin) if spec is not None and spec.origin else None
         return path.resolve() if path is not None and path.is_file() else None

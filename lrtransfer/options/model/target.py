@@ -69,7 +69,7 @@ def load(target: str, key: str = "model.target") -> Callable:
                     del sys.modules[module_key]
                     raise
         else:
-            module = importlib.import_module(where)
+            module = _import_from_here(where)
     except ConfigError:
         raise
     except BaseException as e:  # a SyntaxError, an ImportError, anything the file raises, even SystemExit
@@ -82,6 +82,20 @@ def load(target: str, key: str = "model.target") -> Callable:
     if not callable(fn):
         raise ConfigError(f"{key}={target}: {name} is a {type(fn).__name__}, not a class or function")
     return fn
+
+
+def _import_from_here(name: str):
+    search_here()
+    return importlib.import_module(name)
+
+
+def search_here() -> None:
+    """Find a `package.module` target as `python -m` does: installed, or in the folder the sweep
+    runs from (searched last, so that it shadows nothing installed). The `lrtransfer` command,
+    unlike `python`, does not put that folder on the path itself."""
+    here = str(Path.cwd())
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 # ---------------------------------------------------------------- the width's names
