@@ -35,6 +35,8 @@ CATALOGUE = [
     ("zero LR step", ["lr.log2_step=0"], "lr.log2_step must be positive"),
     ("unknown device", ["engine.device=gpu"], "engine.device='gpu' is not one of: auto, cpu, cuda, cuda:N"),
     ("unparsable override", ["width=["], "cannot parse override"),
+    ("a ~ the shell left alone", ["data.root=~/data"],
+     "cannot parse override: LexerNoViableAltException: data.root=~/data; write the path with $HOME, or quote it"),
     ("dataset not on disk", ["data=cifar10", "data.root={tmp}/nodata"],
      "data=cifar10: CIFAR-10 not found: no data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5, test_batch in {tmp}/nodata/cifar-10-batches-py/; extract cifar-10-python.tar.gz"),
     ("corrupt dataset file", ["data=cifar10", "data.root={cifar}"], "data_batch_1: not a readable CIFAR batch file"),

@@ -30,7 +30,10 @@ def describe(exc: BaseException) -> str | None:
     if isinstance(exc, MissingConfigException):
         return _missing_config(exc)
     if isinstance(exc, OverrideParseException):
-        return f"cannot parse override: {_first_line(exc)}"
+        line = f"cannot parse override: {_first_line(exc)}"
+        if "=~" in line:  # the shell expands ~ only at a word's start, and the override grammar refuses it
+            line += "; write the path with $HOME, or quote it: 'data.root=\"~/data\"'"
+        return line
     cause = exc.__cause__ or exc.__context__
     if isinstance(exc, HydraException) and isinstance(cause, OmegaConfBaseException):
         exc = cause
