@@ -282,6 +282,8 @@ def hf(tmp_path_factory):
                          validation=datasets.Dataset.from_dict({"text": rows[cut:]})).save_to_disk(str(root / "text"))
     ids = [tok.encode(r).ids for r in rows]
     datasets.Dataset.from_dict({"input_ids": ids}).save_to_disk(str(root / "ids"))
+    datasets.DatasetDict(train=datasets.Dataset.from_dict({"text": rows[:cut]}),
+                         validation=datasets.Dataset.from_dict({"text": []})).save_to_disk(str(root / "empty_val"))
     datasets.enable_progress_bars()
     return root, tok, rows, cut
 
@@ -340,6 +342,8 @@ BAD_HF = [
     (["data.path={root}/ids", "data.val_split=null"], "data.vocab_size is required: no data.tokenizer says it"),
     (["data.path={root}/ids", "data.val_split=null", "data.vocab_size=100"], "is outside the vocabulary of 100 (ids 0..99)"),
     (["data.path={root}"], "data.path={root}: not a dataset saved with save_to_disk"),
+    (["data.path={root}/empty_val"], "data.path={root}/empty_val: its validation split is empty, and datasets cannot "
+     "load a DatasetDict with an empty split; save it without that split"),
     (["data.tokenizer={root}/text/dataset_dict.json"], "not a tokenizer.json the tokenizers library reads"),
 ]
 

@@ -120,6 +120,11 @@ def load_splits(d: HFDiskOptions) -> dict:
     except DataError:
         raise
     except Exception as e:
+        empty = empty_splits(dataset_folder(d))
+        if empty:  # datasets' own loader fails on one (an IndexError), saying nothing of which
+            raise DataError(f"data.path={d.path}: its {', '.join(empty)} split is empty, and datasets cannot load a "
+                            "DatasetDict with an empty split; save it without that split (data.val_split=null holds "
+                            "out the last data.eval_size windows of the training split)") from None
         raise DataError(f"data.path={d.path}: not a dataset saved with save_to_disk ({one_line(e)})") from None
     if not isinstance(ds, datasets.DatasetDict):
         if d.val_split is not None:
@@ -134,6 +139,15 @@ def load_splits(d: HFDiskOptions) -> dict:
                                 f"its splits: {', '.join(ds)}")
             out[role] = ds[name]
     return out
+
+
+def empty_splits(folder: Path) -> list[str]:
+    """The splits of a saved DatasetDict that hold no data file (save_to_disk of an empty split)."""
+    try:
+        names = json.loads((folder / "dataset_dict.json").read_text())["splits"]
+        return [n for n in names if json.loads((folder / n / "state.json").read_text()).get("_data_files") == []]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
 
 
 def column_of(d: HFDiskOptions, dataset, tokenizer) -> tuple[str, bool]:
