@@ -266,3 +266,12 @@ def test_a_grid_job_resumes_from_its_checkpoint_file(tmp_path, monkeypatch):
     assert ck.load()["chunks"][0][0] == (-9, 0, "optim.weight_decay", 0.0)
     resumed = engine.train(built, runs, checkpoint=ck)
     assert [vars(r) for r in resumed] == [vars(r) for r in whole]
+
+
+def test_a_drift_that_is_zero_but_for_rounding_reads_zero(cli, tmp_path):
+    """The same best value at every scale: the slope through them is 0, or -7.8e-19 in floating point."""
+    for w in (64, 128, 256):
+        grid_record(tmp_path, w, lr_opt=-7, wd_opt=0.01)
+    code, out, err = cli("summary", str(tmp_path))
+    line = next(x for x in out.splitlines() if "optim.weight_decay drift:" in x)
+    assert code == 0 and "drift: +0 [" in line and "e-" not in line, line

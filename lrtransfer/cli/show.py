@@ -171,10 +171,18 @@ def joint(console, g: dict, best: str) -> None:
             *(_fmt(x, ".4f") for x in j["best_loss_by_value"][i]),
         )
     console.print(table)
+    log2 = j["value_coordinate"] == "log2"
+    spec = "+.2f" if log2 else "+.3g"  # octaves as every drift; a value in its own units (0.001, 3e-5) as it is written
     ci = j["value_drift_ci"]
-    interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
-    what = f"octaves of best {key}" if j["value_coordinate"] == "log2" else f"best {key} (its own units; the grid holds 0)"
-    console.print(f"{key} drift: [bold]{_fmt(j['value_drift'], '+.3g')}{interval}[/] {what} per doubling of {g['axis']}")
+    interval = "" if ci is None else f" [{_zeroed(ci[0]):{spec}}, {_zeroed(ci[1]):{spec}}]"
+    what = f"octaves of best {key}" if log2 else f"best {key} (its own units; the grid holds 0)"
+    drift = None if j["value_drift"] is None else _zeroed(j["value_drift"])
+    console.print(f"{key} drift: [bold]{_fmt(drift, spec)}{interval}[/] {what} per doubling of {g['axis']}")
+
+
+def _zeroed(v: float) -> float:
+    """0 for a value that is zero but for rounding (a slope through equal optima: -7.8e-19)."""
+    return 0.0 if abs(v) < 1e-12 else v
 
 
 def sweep_report(report) -> None:
