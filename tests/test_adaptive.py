@@ -225,3 +225,21 @@ def test_the_coverage_simulation_runs_and_its_interval_covers(tmp_path):
     assert coverage >= 0.85, done.stdout  # 40 studies: a binomial spread of about +-3.5% around 95%
     wrong = [float(part.split(": ")[1]) for part in last.split("; ")[1:]]  # truly transfers called drifts, and the reverse
     assert len(wrong) == 2 and max(wrong) <= 0.05, last
+
+
+def test_the_end_line_says_which_rounds_ran_after_the_one_the_budget_cut():
+    """A round cut short need not be the last: later, smaller rounds may fit what the budget left.
+    The end line names the cut round and says that they ran."""
+    from types import SimpleNamespace
+
+    from lrtransfer.sweeps.outcome import undecided_words
+
+    def group(*ran):
+        return SimpleNamespace(analysis=SimpleNamespace(drift=-0.5, drift_ci=[-0.9, -0.1]), settings=SimpleNamespace(max_seeds=10),
+                               end="budget", spent=900, axis="width", cost=lambda rqs: 100 * len(rqs),
+                               cut=SimpleNamespace(index=6, needs=1000, left_out=[]),
+                               history=[SimpleNamespace(index=i) for i in ran])
+
+    assert "cut round 6 short (rounds 7-8 then ran on what it had measured), leaving" in undecided_words(group(5, 6, 7, 8))
+    assert "cut round 6 short (round 7 then ran on what it had measured), leaving" in undecided_words(group(6, 7))
+    assert "cut round 6 short, leaving" in undecided_words(group(5, 6))

@@ -71,7 +71,11 @@ def undecided_words(g: GroupRun) -> str:
         return line
     if g.end == "budget" and g.cut is not None:  # a round trained in part: its rest comes first
         left_out = g.cost(g.cut.left_out)
-        return line + (f"; the budget cut round {g.cut.index} short, leaving out "
+        last = g.history[-1].index if g.history else g.cut.index
+        after = ("" if last <= g.cut.index else
+                 f" (round{'s' if last > g.cut.index + 1 else ''} {g.cut.index + 1}"
+                 f"{f'-{last}' if last > g.cut.index + 1 else ''} then ran on what it had measured)")
+        return line + (f"; the budget cut round {g.cut.index} short{after}, leaving out "
                        f"{next_words(rounds.Step(g.cut.left_out), g.axis)} ({left_out:,} run-steps): re-run with a budget "
                        f"of {g.cut.needs:,} or more to train all of it; later rounds follow from what it measures")
     if g.step is not None and g.step.state == "refining" and g.step.requests:  # cut short while refining
