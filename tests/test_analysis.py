@@ -412,3 +412,15 @@ def test_panel_labels_name_what_tells_panels_apart(tmp_path):
     (family,) = panels.families(analysis.groups(analysis.load_runs(tmp_path)))
     labels = sorted(panels.panel_labels(family))
     assert labels == ["param=equalized, param.gain=1.0", "param=equalized, param.gain=2.0", "param=mup"]
+
+
+def test_two_scales_of_several_seeds_say_the_interval_is_the_bootstrap_alone(tmp_path):
+    """With two scales there is no scatter about the line to widen the seed bootstrap, which is too
+    narrow with few seeds: the warning says so; a third scale removes it."""
+    study(tmp_path / "two", seeds=2, noise=0.003, widths=[64, 128])
+    (g,) = analysis.groups(analysis.load_runs(tmp_path / "two"))
+    assert g.drift_ci is not None and any(w.startswith("two widths: the interval is the seeds' bootstrap alone")
+                                          for w in g.warnings), g.warnings
+    study(tmp_path / "three", seeds=2, noise=0.003, widths=[64, 128, 256])
+    (g,) = analysis.groups(analysis.load_runs(tmp_path / "three"))
+    assert not any("bootstrap alone" in w for w in g.warnings), g.warnings
