@@ -35,6 +35,16 @@ class Fault(UserError):
     exit_code = 1
 
 
+def file_kind(mode: int) -> str:
+    """What a path that is no regular file is, from its `st_mode`: reading a FIFO waits for a writer,
+    a device never ends, so such a path is named and refused, never opened."""
+    import stat
+
+    kinds = [(stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def one_line(e: BaseException) -> str:
     """An exception that came from a user's code or a library, as `Type: message` on one line."""
     text = " ".join(str(e).split())

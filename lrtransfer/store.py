@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer.config import inner_grid, semantic
 from lrtransfer.config.validate import MAX_ABS_LOG2_LR, MAX_DEPTH, MAX_INT
-from lrtransfer.errors import ConfigError, UserError
+from lrtransfer.errors import ConfigError, UserError, file_kind
 
 RECORD_NAME = "record.json"
 ROUNDS_NAME = "adaptive.json"  # an adaptive sweep's rounds, group by group, beside its study's records
@@ -158,17 +158,11 @@ def _open_regular(path: Path):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise RecordError(f"{path}: unreadable record (not a regular file: {_file_kind(mode)})")
+            raise RecordError(f"{path}: unreadable record (not a regular file: {file_kind(mode)})")
         return os.fdopen(fd)
     except BaseException:
         os.close(fd)
         raise
-
-
-def _file_kind(mode: int) -> str:
-    kinds = [(stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
-    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def record_problem(record: Any) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -80,3 +81,20 @@ def copy_study(src, dst):
     """A copy of `two_widths`' folder at `dst`, and its records, sorted."""
     shutil.copytree(src, dst)
     return sorted((dst / "s").glob("*/record.json"))
+
+
+class Hung(Exception):
+    """Not an OSError: a reader that catches those must not turn a hang into a skipped record."""
+
+
+@pytest.fixture
+def deadline():
+    """A command that blocks (opening a FIFO waits for a writer) fails the test instead of hanging it."""
+    def expire(*_):
+        raise Hung("the command hung")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 
 import pytest
 
@@ -24,23 +23,6 @@ def _args(command: str, folder) -> list[str]:
 
 def _width_of(path) -> int:
     return json.loads(path.read_text())["config"]["width"]
-
-
-class Hung(Exception):
-    """Not an OSError: a reader that catches those must not turn a hang into a skipped record."""
-
-
-@pytest.fixture
-def deadline():
-    """A command that blocks (opening a FIFO waits for a writer) fails the test instead of hanging it."""
-    def expire(*_):
-        raise Hung("the command hung")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 # ---------------------------------------------------------------- every run diverged

@@ -5,6 +5,7 @@ Nothing is downloaded."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
@@ -188,6 +189,14 @@ def bad_files(root: Path) -> Path:
     huge.mkdir(exist_ok=True)
     shutil.copy(root / "ok.bin", huge / "train.bin")
     (huge / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 10**30}))
+    for name, meta in (("longint", {"vocab_size": 10**5000}), ("rawkeys", {"a\nb\x1b[31mRED": 1, "x" * 5000: 2})):
+        (root / name).mkdir(exist_ok=True)
+        shutil.copy(root / "ok.bin", root / name / "train.bin")
+        (root / name / "meta.pkl").write_bytes(pickle.dumps(meta))
+    (root / "metadir" / "meta.pkl").mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "ok.bin", root / "metadir" / "train.bin")
+    if not (root / "fifo.bin").exists():
+        os.mkfifo(root / "fifo.bin")
     return root
 
 
@@ -216,6 +225,12 @@ BAD_TOKENS = [  # (options, the one line's fragment); {d}: the folder
     (dict(train_path="{d}/listed/train.bin"), "{d}/listed/meta.pkl: no positive integer vocab_size in it (found dict with stoi)"),
     (dict(train_path="{d}/huge/train.bin"), "{d}/huge/meta.pkl: vocab_size=1000000000000000000000000000000 is beyond the sane "
      "bound for a vocabulary (4,294,967,296: uint32 ids)"),
+    (dict(train_path="{d}/longint/train.bin"), "vocab_size=<an integer of 16610 bits> is beyond the sane bound"),
+    (dict(train_path="{d}/rawkeys/train.bin"), "found dict with 'a\\nb\\x1b[31mRED', xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...)"),
+    (dict(train_path="{d}/metadir/train.bin"), "{d}/metadir/meta.pkl: not a regular file (a folder)"),
+    (dict(train_path="{d}/fifo.bin", vocab_size=40), "data.train_path={d}/fifo.bin: not a regular file (a FIFO)"),
+    (dict(train_path="{d}/ok.bin", val_path="{d}/fifo.bin", vocab_size=40),
+     "data.val_path={d}/fifo.bin: not a regular file (a FIFO)"),
 ]
 
 
@@ -236,8 +251,11 @@ def test_each_bad_token_file_is_one_line_naming_it(tmp_path_factory, given, frag
     (["data.train_path={d}/ok.bin", "data.vocab_size=1099511627776"],
      "data.vocab_size=1099511627776 is beyond the sane bound for a vocabulary"),
     (["data.dtype=uint8", "data.train_path={d}/ok.bin"], "data.dtype: Invalid value 'uint8', expected one of [uint16, uint32]"),
+    (["data.train_path={d}/fifo.bin", "data.vocab_size=40"], "not a regular file (a FIFO)"),  # not opened: no hang
+    (["data.train_path={d}", "data.vocab_size=40"], "is a folder"),  # refused before the job's id would hash it
 ])
-def test_a_sweep_on_a_bad_token_file_stops_before_anything_is_written(cli, tmp_path_factory, tmp_path, over, fragment):
+def test_a_sweep_on_a_bad_token_file_stops_before_anything_is_written(cli, tmp_path_factory, tmp_path, over, fragment,
+                                                                      deadline):
     root = bad_files(tmp_path_factory.getbasetemp() / "bad_tokens")
     code, out, err = cli("sweep", "model=transformer", "data=tokens", *SMALL, *(o.format(d=root) for o in over),
                          f"results_dir={tmp_path / 'results'}")

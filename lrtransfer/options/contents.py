@@ -13,8 +13,11 @@ retrain and changing it does.
 from __future__ import annotations
 
 import hashlib
+import stat
 from functools import lru_cache
 from pathlib import Path
+
+from lrtransfer.errors import file_kind
 
 EDGE = 1 << 20  # bytes hashed at each end of a file
 
@@ -44,6 +47,8 @@ def _of(p: Path) -> str:
 
 def _file(p: Path) -> str:
     st = p.stat()
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would wait for a writer, a device never end: the data's check refuses it
+        return f"not a regular file ({file_kind(st.st_mode)})"
     return _hashed(str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
 
 

@@ -23,12 +23,13 @@ or raises DataError naming the file and what is wrong with it.
 from __future__ import annotations
 
 import pickle
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from lrtransfer.errors import one_line
+from lrtransfer.errors import file_kind, one_line
 from lrtransfer.options.data.formats import DataError
 
 BIN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}  # data.dtype -> a .bin file's ids
@@ -66,11 +67,24 @@ class TokenFile:
         return out
 
 
+def refuse_special(path: Path, key: str) -> None:
+    """Refuse a path that is there but is no regular file, before anything opens or hashes it: a
+    FIFO would wait forever for a writer, a device never end, a folder be hashed whole for the
+    job's id. A missing path passes: `open_tokens` says so where the file is read."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        why = "is a folder" if stat.S_ISDIR(mode) else f"not a regular file ({file_kind(mode)})"
+        raise DataError(f"{key}: {why}; give a token file (nanoGPT's train.bin, or a .npy)")
+
+
 def open_tokens(path: Path, dtype: str, key: str) -> TokenFile:
     """The file's ids; `key` names it in messages (`data.train_path=...`)."""
+    refuse_special(path, key)
     if not path.is_file():
-        why = "is a folder" if path.is_dir() else f"no such file ({path.resolve()})"
-        raise DataError(f"{key}: {why}; give a token file (nanoGPT's train.bin, or a .npy)")
+        raise DataError(f"{key}: no such file ({path.resolve()}); give a token file (nanoGPT's train.bin, or a .npy)")
     if path.suffix == ".npy":
         return _open_npy(path, key)
     item = BIN_DTYPES[dtype]
@@ -130,9 +144,11 @@ class _PlainData(pickle.Unpickler):
 def meta_vocab(folder: Path) -> int | None:
     """nanoGPT's meta.pkl in `folder`: its vocab_size, or None when there is no meta.pkl."""
     path = folder / META
-    if not path.is_file():
-        return None
     instead = "give data.vocab_size=N instead"
+    if not path.is_file():
+        if path.exists():  # a folder, a FIFO: never opened
+            raise DataError(f"{path}: not a regular file ({file_kind(path.stat().st_mode)}); {instead}")
+        return None
     try:
         if path.stat().st_size > MAX_META_BYTES:
             raise DataError(f"{path}: {path.stat().st_size >> 20} MiB is too large for a meta.pkl; {instead}")
@@ -147,7 +163,7 @@ def meta_vocab(folder: Path) -> int | None:
     vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
     if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
         raise DataError(f"{path}: no positive integer vocab_size in it (found {type(meta).__name__}"
-                        f"{' with ' + ', '.join(map(str, list(meta)[:6])) if isinstance(meta, dict) else ''}); "
+                        f"{' with ' + ', '.join(map(_shown, list(meta)[:6])) if isinstance(meta, dict) else ''}); "
                         f"{instead}")
     if vocab > MAX_VOCAB:
         raise DataError(f"{path}: {too_large(vocab)}; {instead}")
@@ -156,7 +172,16 @@ def meta_vocab(folder: Path) -> int | None:
 
 def too_large(vocab: int) -> str:
     """Why a vocabulary past MAX_VOCAB is refused, wherever it was given."""
-    return f"vocab_size={vocab} is beyond the sane bound for a vocabulary ({MAX_VOCAB:,}: uint32 ids)"
+    return f"vocab_size={_shown(vocab)} is beyond the sane bound for a vocabulary ({MAX_VOCAB:,}: uint32 ids)"
+
+
+def _shown(value) -> str:
+    """A value read from a user's pickle, fit for one line: a name as it is, anything else as its
+    repr (newlines and terminal codes escaped), cut short; an integer too long to print by its size."""
+    if isinstance(value, int) and value.bit_length() > 1000:  # str() refuses past 4,300 digits
+        return f"<an integer of {value.bit_length()} bits>"
+    text = value if isinstance(value, str) and value.isidentifier() else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_ids(ids: TokenFile, vocab: int, key: str) -> None:

@@ -30,7 +30,7 @@ from torch import Tensor
 from lrtransfer.options.data import Task
 from lrtransfer.options.data.formats import DataError
 from lrtransfer.options.data.tokenfiles import (
-    MAX_VOCAB, META, TokenFile, check_ids, check_window, meta_vocab, open_tokens, too_large,
+    MAX_VOCAB, META, TokenFile, check_ids, check_window, meta_vocab, open_tokens, refuse_special, too_large,
 )
 from lrtransfer.options.schema import TOKENS, ConfigError, content, positive
 
@@ -59,6 +59,9 @@ class TokensOptions:
     def check(self) -> None:
         if not self.train_path:
             raise ConfigError("data.train_path is required: the training token file (nanoGPT's train.bin, or a .npy)")
+        for key in ("train_path", "val_path"):  # before the job's id hashes them
+            if getattr(self, key):
+                refuse_special(Path(getattr(self, key)).expanduser(), f"data.{key}={getattr(self, key)}")
         check_sizes(self)
 
 
