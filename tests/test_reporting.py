@@ -300,3 +300,17 @@ def test_one_seed_says_what_the_interval_leaves_out_and_how_to_add_seeds(cli, tm
     study(tmp_path / "four", seeds=1, noise=0.01, name="four")  # four widths: the scatter about the line
     (g,) = analysis.groups(analysis.load_runs(tmp_path / "four"))
     assert any("through the scatter of the 4 optima about the line (2 degrees of freedom)" in w for w in g.warnings)
+
+
+def test_a_study_name_too_long_for_a_file_name_still_gets_its_figures(cli, tmp_path):
+    """A figure's name joins the study's name, the model's, the data's and the axis: past 255 bytes
+    (a 240-character name that `sweep` accepts) it is cut and made unique by a hash."""
+    study(tmp_path / "r", seeds=1, widths=[64, 128], name="s")
+    for path in (tmp_path / "r").glob("*/*/record.json"):
+        rec = json.loads(path.read_text())
+        rec["config"]["name"] = "s" * 240
+        path.write_text(json.dumps(rec))
+    code, out, err = cli("plot", str(tmp_path / "r"), "--out", str(tmp_path / "fig"))
+    assert code == 0, err
+    names = [p.name for p in (tmp_path / "fig").glob("*.png")]
+    assert names and all(len(n.encode()) <= 255 and n.startswith("s" * 100) for n in names), names

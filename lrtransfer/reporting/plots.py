@@ -22,6 +22,7 @@ The look (sizes, fonts) is `style`'s, shared with the coordinate check and the r
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterator
@@ -317,7 +318,13 @@ def slug(group_or_family) -> str:
     family = group_or_family if isinstance(group_or_family, list) else [group_or_family]
     f = family[0].fixed
     parts = [str(f.get(k, "")) for k in FAMILY_KEYS] + [family[0].axis]
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "-".join(p for p in parts if p)).strip("_")
+    text = re.sub(r"[^A-Za-z0-9_.=-]+", "_", "-".join(p for p in parts if p)).strip("_")
+    if len(text) > MAX_SLUG:  # a file name has 255 bytes, and a figure's adds its kind and metric
+        text = f"{text[:MAX_SLUG - 17]}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return text
+
+
+MAX_SLUG = 160
 
 
 def family_figures(family: list[Group], metric: str = "train_loss", curves_lr: float | None = None):
