@@ -76,6 +76,8 @@ CATALOGUE = [
     ("spectral init of norm 0", ["param=spectral", "param.sigma=0"], "param.sigma must be positive, got 0.0"),
     ("missing config dir", ["--config-dir", "{tmp}/nope"], "config directory"),
     ("YAML error in a config file", ["--config-dir", "{yaml_dir}", "model=broken"], "YAML error in {yaml_dir}/model/broken.yaml, line"),
+    ("a config file not in UTF-8", ["--config-dir", "{yaml_dir}", "model=latin"],
+     "{yaml_dir}/model/latin.yaml is not UTF-8 text (byte b'\\xe9' at position 32); save it as UTF-8"),
     # values the schema types accept but that mean nothing (issue 15)
     ("beta1 above 1", ["optim.beta1=2"], "optim.beta1 must be in [0, 1), got 2.0"),
     ("beta2 of 1", ["optim.beta2=1"], "optim.beta2 must be in [0, 1), got 1.0"),
@@ -281,6 +283,7 @@ def yaml_dir(tmp_path):
     (d / "model" / "broken.yaml").write_text("name: mlp\nactivation: [relu\n")
     (d / "model" / "listed.yaml").write_text("- name: mlp\n- bias: true\n")
     (d / "model" / "untyped.yaml").write_text("name: mlp\nactivation: relu\nbias: true\n")
+    (d / "model" / "latin.yaml").write_bytes("name: mlp\nactivation: relu # café\n".encode("latin-1"))
     return d
 
 

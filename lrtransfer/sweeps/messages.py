@@ -24,7 +24,7 @@ def describe(exc: BaseException) -> str | None:
 
     if isinstance(exc, UserError):
         return str(exc)
-    yaml_error = _yaml_error(exc)
+    yaml_error = _yaml_error(exc) or _not_utf8(exc)
     if yaml_error:
         return yaml_error
     if isinstance(exc, MissingConfigException):
@@ -84,6 +84,24 @@ def _unknown_key(exc) -> str:
     if valid:
         return f"unknown key '{key}'{where}{choices(valid, leaf)}"
     return f"unknown key '{key}'"
+
+
+def _not_utf8(exc: BaseException) -> str | None:
+    """A config file that is not UTF-8 text, named by the config path Hydra was loading."""
+    while exc is not None and not isinstance(exc, UnicodeDecodeError):
+        exc = exc.__cause__ or exc.__context__
+    if exc is None:
+        return None
+    name, tb = "a config file", exc.__traceback__
+    while tb is not None:  # the innermost frame that names the file being read: a --config-dir's, or ours
+        found = tb.tb_frame.f_locals
+        if isinstance(found.get("full_path"), str):
+            name = found["full_path"]
+        elif isinstance(found.get("config_path"), str):
+            name = f"conf/{found['config_path'].removesuffix('.yaml')}.yaml"
+        tb = tb.tb_next
+    return (f"{name} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at position {exc.start}); "
+            "save it as UTF-8")
 
 
 def _yaml_error(exc: BaseException) -> str | None:
