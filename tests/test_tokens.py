@@ -195,6 +195,10 @@ def bad_files(root: Path) -> Path:
         (root / name / "meta.pkl").write_bytes(pickle.dumps(meta))
     (root / "metadir" / "meta.pkl").mkdir(parents=True, exist_ok=True)
     shutil.copy(root / "ok.bin", root / "metadir" / "train.bin")
+    spread = token_stream(300_000, 40, seed=1)  # past the 64 sampled blocks of 4,096: gaps between them
+    gap = int(np.linspace(0, len(spread) - 4096, 64)[1]) - 10  # just before the second block, in no block
+    spread[gap] = 999
+    spread.astype("<u2").tofile(root / "between.bin")
     if not (root / "fifo.bin").exists():
         os.mkfifo(root / "fifo.bin")
     return root
@@ -207,6 +211,9 @@ BAD_TOKENS = [  # (options, the one line's fragment); {d}: the folder
     (dict(train_path="{d}/empty.bin", vocab_size=40), "data.train_path={d}/empty.bin: the file is empty"),
     (dict(train_path="{d}/ok.bin"), "data.vocab_size is required: no meta.pkl beside data.train_path={d}/ok.bin"),
     (dict(train_path="{d}/ok.bin", vocab_size=10), "token id 39 at position 108 is outside the vocabulary of 10 (ids 0..9)"),
+    (dict(train_path="{d}/ok.bin", val_path="{d}/ok.bin", vocab_size=40, eval_size=10**9),
+     "data.eval_size=1000000000: data.val_path={d}/ok.bin holds 992 distinct windows of data.seq_len + 1 = 9 tokens; "
+     "give data.eval_size=992 or fewer"),
     (dict(train_path="{d}/ok.bin", val_path="{d}/short.bin", vocab_size=40),
      "data.val_path={d}/short.bin: 5 tokens, too few for data.seq_len=8 (a window is seq_len + 1 = 9 tokens)"),
     (dict(train_path="{d}/ok.bin", vocab_size=40, eval_size=200), "1000 tokens, too few for data.seq_len=8 with "
@@ -229,6 +236,7 @@ BAD_TOKENS = [  # (options, the one line's fragment); {d}: the folder
     (dict(train_path="{d}/rawkeys/train.bin"), "found dict with 'a\\nb\\x1b[31mRED', xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...)"),
     (dict(train_path="{d}/metadir/train.bin"), "{d}/metadir/meta.pkl: not a regular file (a folder)"),
     (dict(train_path="{d}/fifo.bin", vocab_size=40), "data.train_path={d}/fifo.bin: not a regular file (a FIFO)"),
+    (dict(train_path="{d}/between.bin", vocab_size=40), "token id 999 at position 4686 is outside the vocabulary of 40"),
     (dict(train_path="{d}/ok.bin", val_path="{d}/fifo.bin", vocab_size=40),
      "data.val_path={d}/fifo.bin: not a regular file (a FIFO)"),
 ]

@@ -37,6 +37,7 @@ META = "meta.pkl"  # nanoGPT's vocabulary file, beside train.bin
 MAX_META_BYTES = 64 << 20  # a meta.pkl is a vocabulary; anything larger is not one
 MAX_VOCAB = 2**32  # a vocabulary: a .bin stores uint16 or uint32 ids, and no tokenizer has more
 SAMPLE_BLOCKS, BLOCK = 64, 4096  # ids checked before any job: 64 blocks of 4096 spread over the file, and its end
+FULL_CHECK, CHUNK = 1 << 26, 1 << 20  # a file of up to 2^26 ids is checked whole instead, 2^20 ids at a time
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,13 @@ def _shown(value) -> str:
 
 
 def check_ids(ids: TokenFile, vocab: int, key: str) -> None:
-    """Refuse ids outside [0, vocab) in a sample of the file: blocks spread over it, its end included."""
+    """Refuse ids outside [0, vocab): every id of a file of up to FULL_CHECK ids, else a sample of
+    it (blocks spread over it, its end included), so that a file of billions is opened at once."""
+    if len(ids) <= FULL_CHECK:
+        for start in range(0, len(ids), CHUNK):
+            n = min(CHUNK, len(ids) - start)
+            check_window(ids.windows(np.array([start]), n), np.array([start]), vocab, key, ids.start)
+        return
     length = min(BLOCK, len(ids))
     starts = np.linspace(0, len(ids) - length, SAMPLE_BLOCKS).astype(np.int64)
     check_window(ids.windows(starts, length), starts, vocab, key, ids.start)

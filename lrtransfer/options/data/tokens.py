@@ -104,6 +104,10 @@ def split(train: Stream, val: Stream | None, seq_len: int, eval_size: int, val_k
         return train._replace(ids=train.ids.part(0, n)), Stream(train.ids.part(n), f"{train.key} (held out)")
     windows_needed(len(train.ids), seq_len, train.key)
     windows_needed(len(val.ids), seq_len, val.key)
+    distinct = len(val.ids) - seq_len  # window starts in it; more held-out windows would repeat them
+    if eval_size > distinct:
+        raise DataError(f"data.eval_size={eval_size}: {val.key} holds {distinct} distinct windows of "
+                        f"data.seq_len + 1 = {seq_len + 1} tokens; give data.eval_size={distinct} or fewer")
     return train, val
 
 
