@@ -41,6 +41,8 @@ def nano(tmp_path_factory):
     ids = write_nanogpt(folder)
     np.save(folder / "train.npy", ids["train"].astype(">i4"))  # any integer width and byte order
     np.save(folder / "val.npy", ids["val"].astype(np.uint32))
+    shutil.copy(folder / "train.npy", folder / "TRAIN.NPY")  # a .npy known by its header, whatever its name
+    shutil.copy(folder / "val.npy", folder / "val_ids")
     return folder, ids
 
 
@@ -53,7 +55,7 @@ def task_of(*over):
 
 
 # ---------------------------------------------------------------- data=tokens
-@pytest.mark.parametrize("train, val", [("train.bin", "val.bin"), ("train.npy", "val.npy")])
+@pytest.mark.parametrize("train, val", [("train.bin", "val.bin"), ("train.npy", "val.npy"), ("TRAIN.NPY", "val_ids")])
 def test_a_batch_is_windows_of_the_file_at_the_generators_starts(nano, train, val):
     folder, ids = nano
     task = task_of(*tokens(folder, train, val))

@@ -86,7 +86,7 @@ def open_tokens(path: Path, dtype: str, key: str) -> TokenFile:
     refuse_special(path, key)
     if not path.is_file():
         raise DataError(f"{key}: no such file ({path.resolve()}); give a token file (nanoGPT's train.bin, or a .npy)")
-    if path.suffix == ".npy":
+    if path.suffix.lower() == ".npy" or _npy_magic(path):  # a .npy by its header, whatever its name
         return _open_npy(path, key)
     item = BIN_DTYPES[dtype]
     size = path.stat().st_size
@@ -96,6 +96,11 @@ def open_tokens(path: Path, dtype: str, key: str) -> TokenFile:
         raise DataError(f"{key}: {size} bytes is not a whole number of {dtype} ids ({item.itemsize} bytes each); "
                         f"is data.dtype right (uint16, uint32)?")
     return TokenFile(path, item, 0, 0, size // item.itemsize)
+
+
+def _npy_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(6) == b"\x93NUMPY"
 
 
 def _open_npy(path: Path, key: str) -> TokenFile:
