@@ -129,3 +129,10 @@ def test_a_fifo_named_like_an_adaptive_sweeps_rounds_is_skipped(cli, two_widths,
     with pytest.warns(UserWarning, match=f"skipped {fifo}: unreadable record \\(not a regular file: a FIFO\\)"):
         code, out, err = cli("report", str(tmp_path / "r"))
     assert code == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", READERS)
+def test_a_results_path_that_is_a_file_is_named_as_one(cli, tmp_path, command):
+    (tmp_path / "afile").write_text("not a folder")
+    code, out, err = cli(*_args(command, tmp_path / "afile"))
+    assert code == 2 and f"'{tmp_path / 'afile'}' is a file, not a folder" in err and "Traceback" not in err, err

@@ -104,6 +104,8 @@ def scan(root: str | Path) -> Scan:
     root = Path(root)
     if not root.exists():
         raise NoRecordsError(f"'{root}' does not exist; give the results folder of a sweep (e.g. results/)")
+    if not root.is_dir():
+        raise NoRecordsError(f"'{root}' is a file, not a folder; give the results folder of a sweep (e.g. results/)")
     rows, failed, skipped = [], [], []
     found = []
     for path in sorted(root.rglob(RECORD_NAME)):

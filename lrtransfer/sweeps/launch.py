@@ -162,7 +162,8 @@ def _check_launcher(cfg) -> None:
     """What the launcher would only refuse mid-launch, with a traceback."""
     n_jobs = OmegaConf.select(cfg, "hydra.launcher.n_jobs", default=None)
     if n_jobs == 0:
-        raise ConfigError("hydra.launcher.n_jobs=0 runs nothing; valid: N > 0 jobs at once, or -1 (one per core)")
+        raise ConfigError("hydra.launcher.n_jobs=0 runs nothing; valid: N > 0 jobs at once, or -N (joblib's: all "
+                          "cores but N - 1; -1 is one job per core)")
 
 
 def expand(sweeper, arguments: list[str]) -> list[list[str]]:

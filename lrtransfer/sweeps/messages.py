@@ -31,6 +31,8 @@ def describe(exc: BaseException) -> str | None:
         return _missing_config(exc)
     if isinstance(exc, OverrideParseException):
         line = f"cannot parse override: {_first_line(exc)}"
+        if exc.override and exc.override not in line:  # Hydra's parser names the token, not the override
+            line = f"cannot parse override {exc.override!r}: {_first_line(exc)}"
         if "=~" in line:  # the shell expands ~ only at a word's start, and the override grammar refuses it
             line += "; write the path with $HOME, or quote it: 'data.root=\"~/data\"'"
         return line
