@@ -6,9 +6,10 @@ under `vmap` over K. A forward multiplier is folded into the tensor handed over
 (weight_mult * W, bias_mult * b: exact for Linear, convolution and Embedding layers),
 so no user code changes; a tensor that goes by several names (an embedding tied to
 the readout) is handed over once per name, each with its own use's multiplier, so the
-readout's 1/m does not reach the embedding. Buffers are stacked along K too; a module
-vmap cannot run falls back to a loop over the runs, said in one line naming the
-operation that stopped it.
+readout's 1/m does not reach the embedding. Buffers are stacked along K too, and so is a
+parameter the module froze (requires_grad=False): never trained, under no parameterization's
+rule. A trained tensor the forward never uses gets a zero gradient. A module vmap cannot run
+falls back to a loop over the runs, said in one line naming the operation that stopped it.
 
 The logits are read from what the module returns (`logits_of`): a tensor, an output
 object's or dict's `logits`, a tuple's first element, or what `model.output` names.
@@ -24,6 +25,7 @@ for GPT-2 and nanoGPT alike), and the plain kernel is exact.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable
@@ -142,11 +144,21 @@ class Custom(Module):
         first: dict[int, str] = {}  # id of a tensor -> the first name it goes by
         for name, p in params.items():
             self.aliases.setdefault(first.setdefault(id(p), name), []).append(name)
+        # A parameter the module froze (requires_grad=False) is held as a buffer is: stacked along K
+        # from seed 0's build, handed over as it is, never trained (no parameterization rule reaches it)
+        self.frozen = [n for n in self.aliases if not params[n].requires_grad]
+        if self.aliases and len(self.frozen) == len(self.aliases):
+            raise ConfigError(f"model.target={target}: every parameter has requires_grad=False "
+                              f"({listed(self.frozen, 3)}): nothing would be trained; leave some trainable")
         self.layers = nn.ModuleDict()
         for layer in layers:
-            values = {a: params[n] for a, n in layer.names.items()}
+            kept = {a: n for a, n in layer.names.items() if n not in self.frozen}
+            if not kept:  # a layer frozen whole: no atom
+                continue
             tag = "readout" if layer is readout and not layer.tied else None
-            tag = tag or ("query" if layer.query else None)
+            tag = tag or ("query" if layer.query and "weight" in kept else None)
+            layer = layer if kept == layer.names else dataclasses.replace(layer, names=kept)
+            values = {a: params[n] for a, n in layer.names.items()}
             atom = UserAtom(layer, values, runs=runs, tag=tag)
             atom.own_ratio = (own_ratios or {}).get(layer.path, 1.0)
             self.layers[_key(layer.path) if layer.kind != "tensor" else _key(layer.names["tensor"])] = atom
@@ -155,10 +167,14 @@ class Custom(Module):
         for name, b in net.named_buffers(remove_duplicate=False):
             self.stacked.register_buffer(_key(name), b.detach().unsqueeze(0).repeat(runs, *[1] * b.dim()).clone())
             self.buffer_names[_key(name)] = name
+        for name in self.frozen:
+            p = params[name]
+            self.stacked.register_buffer(_key(name), p.detach().unsqueeze(0).repeat(runs, *[1] * p.dim()).clone())
         _strip(net)
         self.net = net
         self.batched = True  # vmap over the runs; False once vmap could not run the module
         self.attention = _attention_like(net)
+        self.unused: list[tuple[str, str]] | None = None  # (atom, tensor) the forward never reaches: `_reach`
 
     def draw_own_init(self, seed: int | None) -> None:
         """Hand each atom the module's own init of its tensors for `seed` (model.init=own); None: forget them."""
@@ -175,7 +191,10 @@ class Custom(Module):
             for name, t in atom.trained():
                 for alias in self.aliases[atom.user_names[name]]:
                     params[alias] = atom.handed(name, t, alias)
-        buffers = {self.buffer_names[k]: b for k, b in self.stacked.named_buffers()}
+        buffers = {self.buffer_names[k]: b for k, b in self.stacked.named_buffers() if k in self.buffer_names}
+        for name in self.frozen:
+            for alias in self.aliases[name]:
+                buffers[alias] = self.stacked.get_buffer(_key(name))
         return params, buffers
 
     takes_targets = False  # the forward takes `targets` (nanoGPT's): given zeros, so that it returns every position
@@ -190,6 +209,10 @@ class Custom(Module):
             if line is None:
                 raise
             raise ConfigError(line) from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # SystemExit: it would end the sweep without a word
+            raise ConfigError(f"model.target={self.target}: its forward raised {one_line(e)}") from None
         y = self.logits_of(out)
         if isinstance(y, Tensor) and y.shape[-1] > self.output_dim and not torch.is_floating_point(x):
             y = y[..., : self.output_dim]  # a vocabulary larger than the data's: its own tokens never occur
@@ -234,9 +257,10 @@ class Custom(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         shared = x.dim() == self.input_ndim + 1
+        if x.device.type == "meta":  # sizing (training.memory.footprint) or a check before any training,
+            with torch.enable_grad():  # with the graph recorded (meta tensors have one): logits none reaches are seen
+                return self._on_meta(*self._tensors(), x, shared)
         params, buffers = self._tensors()
-        if x.device.type == "meta":  # sizing (training.memory.footprint) or a check before any training
-            return self._on_meta(params, buffers, x, shared)
         if self.runs == 1 or not self.batched:
             y = self._loop(params, buffers, x, shared)
         else:
@@ -253,7 +277,38 @@ class Custom(Module):
             self.told = True
             warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
         self._check(y, x, shared)
-        return y
+        return self._reach(y) if torch.is_grad_enabled() else y
+
+    def _trains(self) -> bool:
+        return any(t.requires_grad for atom in self.layers.values() for _, t in atom.trained())
+
+    def _detached(self, y: Tensor) -> None:
+        if not y.requires_grad and self._trains():
+            raise ConfigError(f"model.target={self.target} gives logits that no trained parameter reaches (no grad_fn: "
+                              "detached, or computed under torch.no_grad()), so training could not move them; "
+                              "return logits computed from its parameters")
+
+    def _reach(self, y: Tensor) -> Tensor:
+        """The logits, with every trained tensor the forward never used (a layer it skips) attached
+        with a zero gradient: the engine takes the gradient of each, and such a tensor is not moved
+        by it. Which ones: read once, from the first forward's graph."""
+        self._detached(y)
+        if not y.requires_grad:
+            return y
+        if self.unused is None:  # the first step: what the module holds that is not trained, said
+            if self.frozen:
+                warn(f"model.target={self.target}: requires_grad=False on {counted(self.frozen, 3)}: never trained; "
+                     "every run holds the module's own values, as built under seed 0")
+            reached = _leaves(y)
+            self.unused = [(key, name) for key, atom in self.layers.items() for name, t in atom.trained()
+                           if t.requires_grad and id(t) not in reached]
+            if self.unused:
+                names = [self.layers[k].user_names[n] for k, n in self.unused]
+                warn(f"model.target={self.target}: its forward does not use {counted(names, 3)}: "
+                     "a zero gradient, so only weight decay moves them")
+        if not self.unused:
+            return y
+        return _Reach.apply(y, *(getattr(self.layers[k], n) for k, n in self.unused))
 
     def _expected(self, x: Tensor, shared: bool) -> tuple[int, ...]:
         example = x.shape[1:] if shared else x.shape[2:]
@@ -267,26 +322,36 @@ class Custom(Module):
             got = tuple(y.shape[1:]) if isinstance(y, Tensor) else type(y).__name__
             raise ConfigError(f"model.target={self.target} gives logits of shape {got} for a batch of shape "
                               f"{tuple(x.shape[-1 - self.input_ndim:])}; expected {want[1:]}")
+        if not y.is_floating_point():
+            raise ConfigError(f"model.target={self.target} gives logits of dtype {str(y.dtype).removeprefix('torch.')}; "
+                              "logits must be floating point (float32, bfloat16, ...): drop its cast of them")
 
     def _on_meta(self, params: dict, buffers: dict, x: Tensor, shared: bool) -> Tensor:
         """The forward on the meta device; a module whose control flow reads values (which meta
         tensors have none of) is shape-checked on zeros on the CPU instead, one run."""
         try:
             y = self._loop(params, buffers, x, shared) if self.runs == 1 else self._vmap(params, buffers, x, shared)
+            reached = y.requires_grad if isinstance(y, Tensor) else True
         except ConfigError:
             raise
         except Exception:
-            cpu = lambda d: {n: torch.zeros(t.shape[1:], dtype=t.dtype) for n, t in d.items()}  # noqa: E731
+            cpu = lambda d: {n: torch.zeros(t.shape[1:], dtype=t.dtype).requires_grad_(t.requires_grad)  # noqa: E731
+                             for n, t in d.items()}
             B, example = x.shape[-1 - self.input_ndim], x.shape[x.dim() - self.input_ndim:]
             xs = torch.zeros(max(B, 2), *example, dtype=x.dtype)  # 2: batch norm needs two examples
             try:
                 y1 = self._call(cpu(params), cpu(buffers), xs)
+            except ConfigError:
+                raise
             except Exception as e:
                 raise ConfigError(f"model.target={self.target} fails on a batch of shape {tuple(xs.shape)}: "
                                   f"{one_line(e)}") from None
-            y = torch.empty(self.runs, B, *y1.shape[1:], device="meta") if isinstance(y1, Tensor) else y1
+            reached = y1.requires_grad if isinstance(y1, Tensor) else True
+            y = torch.empty(self.runs, B, *y1.shape[1:], dtype=y1.dtype, device="meta") if isinstance(y1, Tensor) else y1
         self._check(y, x, shared)
-        return y
+        if not reached:
+            self._detached(y)
+        return y.detach()
 
     # ---- what inspect shows
     def user_names(self) -> dict[int, str]:
@@ -311,10 +376,13 @@ class Custom(Module):
 
     def notes(self, param) -> list[str]:
         """What `param`'s rules do here that a reader cannot see in the table, and what they cannot
-        do from outside the module: a tied readout; a rule for attention logits other than SP's
-        1/sqrt(d) (muP's 1/d), applied where the module exposes its scale (after a forward, which
-        counts the scaled_dot_product_attention calls), else a warning."""
+        do from outside the module: frozen tensors (not in the table); a tied readout; a rule for
+        attention logits other than SP's 1/sqrt(d) (muP's 1/d), applied where the module exposes its
+        scale (after a forward, which counts the scaled_dot_product_attention calls), else a warning."""
         out = []
+        if self.frozen:
+            out.append(f"note: frozen, not trained (requires_grad=False): {counted(self.frozen, 6)}; every run holds "
+                       f"the module's own values, as built under seed 0, with no init rule, multiplier or LR of param={param.name}")
         for atom in self.layers.values():
             if atom.tied is not None:
                 out.append(f"note: {atom.user_names['weight']} is tied to the readout {atom.tied.name}: one tensor, "
@@ -341,6 +409,11 @@ def listed(names: list[str], n: int) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
+def counted(names: list[str], n: int) -> str:
+    """`listed`, with how many in all where some are left out."""
+    return listed(names, n) + (f" ({len(names)} in all)" if len(names) > n else "")
+
+
 def stopped_at(e: Exception) -> str:
     """The operation vmap stopped at, read from its error: an aten operator, `.item()`, data-dependent
     control flow, or the error's own first line."""
@@ -354,6 +427,34 @@ def stopped_at(e: Exception) -> str:
         if needle in text:
             return what
     return text[:160]
+
+
+def _leaves(y: Tensor) -> set[int]:
+    """The ids of the leaf tensors y's graph reaches (what a backward from y would give a gradient)."""
+    seen, found, todo = set(), set(), [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf
+        if variable is not None:
+            found.add(id(variable))
+        todo.extend(fn for fn, _ in node.next_functions)
+    return found
+
+
+class _Reach(torch.autograd.Function):
+    """y, attached to tensors its graph does not reach: their gradient is zero."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, *tensors: Tensor) -> Tensor:
+        ctx.like = [(t.shape, t.dtype, t.device) for t in tensors]
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return (grad, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.like))
 
 
 def _holds_loss(out) -> bool:

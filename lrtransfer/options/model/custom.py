@@ -137,8 +137,9 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     shapes = {n: p.shape for n, p in net.named_parameters()}
     assign_roles(layers, shapes, {n: p.shape for n, p in other.named_parameters()}, target)
     if all(layer.role == FIXED for layer in layers):
+        kept = f"{', '.join(list(shapes)[:4])}{', ...' if len(shapes) > 4 else ''} keep their shapes at width={2 * width}"
         raise ConfigError(f"model.target={target}: no parameter grows with width "
-                          f"({', '.join(list(shapes)[:4]) or 'it has none'} keep their shapes at width={2 * width})")
+                          f"({kept if shapes else 'it has no parameters'})")
     fields = int_fields(net, fn, options)
     check_vocabulary(target, layers, output_dim, fields)
     readout = find_readout(layers, output_dim, options.readout, target)

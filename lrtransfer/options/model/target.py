@@ -211,7 +211,9 @@ def _fields(cls: Callable) -> set[str] | None:
 def _defaults(cls: Callable) -> Any:
     try:
         return cls()
-    except Exception:
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # SystemExit too: the config is then built with the values given, and says why not
         return None
 
 
@@ -266,7 +268,9 @@ def make_config(options, *, width: int, depth: int, vocab: int, context: int | N
                 values[key] = None
     try:
         config = cls(**values)
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit too
         raise ConfigError(f"model.config={options.config} raised when built with {values}: {one_line(e)}") from None
     if config is None:
         raise ConfigError(f"model.config={options.config} returned None, not a config object; name the config class "
@@ -324,9 +328,9 @@ def construct(fn: Callable, options, **given) -> nn.Module:
     try:
         with _prints_to_log(options.target):
             module = fn(*args, **kwargs)
-    except ConfigError:
+    except (ConfigError, KeyboardInterrupt):
         raise
-    except Exception as e:
+    except BaseException as e:  # SystemExit too: it would end the sweep without a word
         raise ConfigError(f"model.target={options.target} raised when built ({shown}): {one_line(e)}") from None
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model.target={options.target} returned a {type(module).__name__}, not a torch nn.Module")
