@@ -18,7 +18,7 @@ error, never a silent guess.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -57,10 +57,10 @@ class Module(nn.Module):
     def sensitivity(self) -> float:
         return 1.0
 
-    def draw_own_init(self, seed: int | None) -> None:
-        """Before the runs of `seed` are initialised: a model whose tensors start where its own code
-        puts them (model=custom, model.init=own) draws them for that seed (`Atom.own_draw`); None
-        forgets them. The built-in models are drawn by the parameterization alone."""
+    def draw_own_init(self, seed: int | None, runs: Sequence[int] = ()) -> None:
+        """Before `runs` (the runs of `seed`) are initialised: a model whose tensors start where its
+        own code puts them (model=custom, model.init=own) draws them for that seed (`Atom.own_draw`);
+        None forgets them. The built-in models are drawn by the parameterization alone."""
 
     def split(self, target: float) -> list[tuple[Module, float]]:
         """The target norm of each child that holds weights, given this node's target.

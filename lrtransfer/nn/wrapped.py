@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -144,8 +144,9 @@ class Custom(Module):
         first: dict[int, str] = {}  # id of a tensor -> the first name it goes by
         for name, p in params.items():
             self.aliases.setdefault(first.setdefault(id(p), name), []).append(name)
-        # A parameter the module froze (requires_grad=False) is held as a buffer is: stacked along K
-        # from seed 0's build, handed over as it is, never trained (no parameterization rule reaches it)
+        # A parameter the module froze (requires_grad=False) is held as a buffer is: stacked along K,
+        # each run's from its seed's build (model.init=own: `draw_own_init`; else seed 0's), handed
+        # over as it is, never trained (no parameterization rule reaches it)
         self.frozen = [n for n in self.aliases if not params[n].requires_grad]
         if self.aliases and len(self.frozen) == len(self.aliases):
             raise ConfigError(f"model.target={target}: every parameter has requires_grad=False "
@@ -176,13 +177,24 @@ class Custom(Module):
         self.attention = _attention_like(net)
         self.unused: list[tuple[str, str]] | None = None  # (atom, tensor) the forward never reaches: `_reach`
 
-    def draw_own_init(self, seed: int | None) -> None:
-        """Hand each atom the module's own init of its tensors for `seed` (model.init=own); None: forget them."""
+    @property
+    def frozen_source(self) -> str:
+        return "as built under each run's seed" if self.own is not None else "as built under seed 0 (model.init=torch)"
+
+    def draw_own_init(self, seed: int | None, runs: Sequence[int] = ()) -> None:
+        """Hand each atom the module's own init of its tensors for `seed` (model.init=own), and put the
+        frozen tensors of that seed's build in `runs`; None: forget them."""
         if self.own is None:
             return
         values = self.own(seed) if seed is not None else {}
         for atom in self.layers.values():
             atom._drawn = {name: values[user] for name, user in atom.user_names.items() if user in values}
+        with torch.no_grad():
+            for name in self.frozen:  # as the module froze it under this seed: a random projection differs by seed
+                if name in values:
+                    held = self.stacked.get_buffer(_key(name))
+                    for k in runs:
+                        held[k].copy_(values[name])
 
     # ---- the forward
     def _tensors(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -298,7 +310,7 @@ class Custom(Module):
         if self.unused is None:  # the first step: what the module holds that is not trained, said
             if self.frozen:
                 warn(f"model.target={self.target}: requires_grad=False on {counted(self.frozen, 3)}: never trained; "
-                     "every run holds the module's own values, as built under seed 0")
+                     f"every run holds the module's own values, {self.frozen_source}")
             reached = _leaves(y)
             self.unused = [(key, name) for key, atom in self.layers.items() for name, t in atom.trained()
                            if t.requires_grad and id(t) not in reached]
@@ -382,7 +394,7 @@ class Custom(Module):
         out = []
         if self.frozen:
             out.append(f"note: frozen, not trained (requires_grad=False): {counted(self.frozen, 6)}; every run holds "
-                       f"the module's own values, as built under seed 0, with no init rule, multiplier or LR of param={param.name}")
+                       f"the module's own values, {self.frozen_source}, with no init rule, multiplier or LR of param={param.name}")
         for atom in self.layers.values():
             if atom.tied is not None:
                 out.append(f"note: {atom.user_names['weight']} is tied to the readout {atom.tied.name}: one tensor, "

@@ -159,7 +159,7 @@ class Parameterization:
         for seed in dict.fromkeys(seeds):
             runs = [k for k, s in enumerate(seeds) if s == seed]
             gen = torch.Generator().manual_seed(seed)
-            model.draw_own_init(seed)
+            model.draw_own_init(seed, runs)
             for atom in model.atoms():
                 for name, t in atom.trained():
                     value = self.init_tensor(atom, name, gen).reshape(t.shape[1:])
