@@ -197,7 +197,8 @@ def mixed_design(sub: pd.DataFrame) -> list[str]:
     numbers are neither sweep's own."""
     if "adaptive.enabled" not in sub:
         return []
-    jobs = sub.groupby("job_id", sort=False)["adaptive.enabled"].first().fillna(False).astype(bool)
+    flags = sub["adaptive.enabled"].fillna(False).astype(bool)
+    jobs = flags.groupby(sub["job_id"], sort=False).first() if "job_id" in sub else flags  # a table of runs: per run
     if jobs.all() or not jobs.any():
         return []
     return [f"mixed: {int(jobs.sum())} record(s) of an adaptive sweep (--until-decided) and {int((~jobs).sum())} of a "
