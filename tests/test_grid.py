@@ -275,3 +275,14 @@ def test_a_drift_that_is_zero_but_for_rounding_reads_zero(cli, tmp_path):
     code, out, err = cli("summary", str(tmp_path))
     line = next(x for x in out.splitlines() if "optim.weight_decay drift:" in x)
     assert code == 0 and "drift: +0 [" in line and "e-" not in line, line
+
+
+def test_list_tells_a_grid_group_from_a_plain_one_of_the_same_config(cli, tmp_path):
+    from tests.test_analysis import study
+
+    study(tmp_path / "r", slope=-1.0, seeds=1, name="g", widths=[64, 128])
+    for w in (64, 128):
+        grid_record(tmp_path / "r", w, lr_opt=-7, wd_opt=0.01)
+    code, out, err = cli("list", str(tmp_path / "r"))
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert code == 0 and len(rows) == 2 and sum("grid=optim.weight_decay" in r for r in rows) == 1, out

@@ -89,7 +89,7 @@ def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N
         rng = np.random.default_rng(seed)
         if "grid_key" in sub and sub["grid_key"].notna().any():
             joint, at_best = best_values(sub, axis, metric)
-            g = analyse(at_best, axis, {**fixed, "grid": joint.key}, metric, rng, n_resamples)
+            g = analyse(at_best, axis, fixed, metric, rng, n_resamples)
             g.joint = joint
             g.warnings = joint_warnings(joint, axis, g.scales) + g.warnings
         else:

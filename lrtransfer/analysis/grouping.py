@@ -96,6 +96,9 @@ def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
         fixed_all = sub.iloc[0][keys].to_dict()
         # a key this group's config does not have (another parameterization's) is not shown
         fixed = {k: plain(fixed_all[k]) for k in shown if k in fixed_all}
+        if "grid_key" in sub and sub["grid_key"].notna().any():  # a second inner axis: part of its name everywhere
+            fixed.pop("grid_key", None)  # said once, as grid=
+            fixed["grid"] = sub["grid_key"].dropna().iloc[0]
         out.append((axis, {k: v for k, v in fixed.items() if v is not None}, sub))
     return out
 
