@@ -36,6 +36,8 @@ CATALOGUE = [
     ("unknown device", ["engine.device=gpu"], "engine.device='gpu' is not one of: auto, cpu, cuda, cuda:N"),
     ("unparsable override", ["width=["], "cannot parse override 'width=['"),
     ("an = in a value", ["name=a=b"], "cannot parse override 'name=a=b': mismatched input '='"),
+    ("a value where a section belongs", ["train=5"],
+     "train=5: train is a section of keys (steps, batch_size, schedule, warmup_steps,"),
     ("a ~ the shell left alone", ["data.root=~/data"],
      "cannot parse override: LexerNoViableAltException: data.root=~/data; write the path with $HOME, or quote it"),
     ("dataset not on disk", ["data=cifar10", "data.root={tmp}/nodata"],

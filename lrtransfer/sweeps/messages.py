@@ -44,12 +44,29 @@ def describe(exc: BaseException) -> str | None:
     if isinstance(exc, ValidationError):
         key = getattr(exc, "full_key", None)
         msg = _first_line(str(exc))
-        return f"{key}: {msg}" if key else msg
+        return _not_a_section(key, msg) or (f"{key}: {msg}" if key else msg)
     if isinstance(exc, OmegaConfBaseException):
         return _first_line(str(exc))
     if isinstance(exc, HydraException):
         return _first_line(str(exc))
     return None
+
+
+def _not_a_section(key: str | None, msg: str) -> str | None:
+    """A value where a section of keys belongs (`train: 5` in a YAML, `train=5`): OmegaConf names the
+    section's class (`int is not a subclass of Train`), and a YAML's merge names no key at all."""
+    import dataclasses
+
+    from lrtransfer.config.validate import SECTIONS
+
+    m = re.search(r"(\w+) is not a subclass of (\w+)\. value: (.*)$", msg)
+    found = next(((k, c) for k, c in SECTIONS.items() if m and c.__name__ == m.group(2)), None)
+    if found is None:
+        return None
+    name, section = found
+    keys = [f.name for f in dataclasses.fields(section)]
+    return (f"{key or name}={m.group(3)}: {name} is a section of keys ({', '.join(keys)}), not a value; "
+            f"set its keys one by one ({name}.{keys[0]}=...)")
 
 
 def _missing_config(exc) -> str:
