@@ -133,14 +133,15 @@ def test_a_module_with_nothing_to_train_is_refused(hostile):
 def test_a_parameter_the_forward_never_uses_trains_with_a_zero_gradient(hostile, optim, batched, capsys):
     """The engine's gradient of every trained tensor: one the forward never reaches gets zero, not
     torch's 'appears to not have been used in the graph', and stays as it started."""
-    ens = ensemble(*hostile("Unused"), f"optim={optim}", f"engine.batched={batched}", "n_seeds=2")
+    ens = ensemble(*hostile("Unused"), f"optim={optim}", f"engine.batched={batched}", "n_seeds=2",
+                   "optim.weight_decay=0.1")  # no decay either, as torch skips a tensor with no gradient
     spare, used = user_tensor(ens, "b.weight").clone(), user_tensor(ens, "a.weight").clone()
     for _ in range(3):
         ens.step()
     assert torch.equal(user_tensor(ens, "b.weight"), spare)
     assert not torch.equal(user_tensor(ens, "a.weight"), used)
     assert bool(torch.isfinite(ens.history[:, :3]).all())
-    assert "its forward does not use b.weight, b.bias: a zero gradient" in capsys.readouterr().err
+    assert "its forward does not use b.weight, b.bias: a zero gradient and no weight decay" in capsys.readouterr().err
 
 
 def test_unused_parameters_train_alike_batched_and_one_run_at_a_time(hostile):

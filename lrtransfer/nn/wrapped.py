@@ -314,10 +314,12 @@ class Custom(Module):
             reached = _leaves(y)
             self.unused = [(key, name) for key, atom in self.layers.items() for name, t in atom.trained()
                            if t.requires_grad and id(t) not in reached]
+            for key, name in self.unused:
+                self.layers[key].unused = self.layers[key].unused | {name}
             if self.unused:
                 names = [self.layers[k].user_names[n] for k, n in self.unused]
                 warn(f"model.target={self.target}: its forward does not use {counted(names, 3)}: "
-                     "a zero gradient, so only weight decay moves them")
+                     "a zero gradient and no weight decay, so they stay as they start")
         if not self.unused:
             return y
         return _Reach.apply(y, *(getattr(self.layers[k], n) for k, n in self.unused))
