@@ -460,6 +460,18 @@ def test_an_out_path_that_cannot_be_written_is_one_line(cli, finished, tmp_path,
     assert code == 2 and len(lines) == 1 and "cannot write there" in lines[0], (out, err)
 
 
+@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("target", ["record.json", "multirun.yaml", "beside"])
+def test_an_out_path_onto_what_a_sweep_wrote_is_refused(cli, finished, command, target):
+    """A job's record, the sweep's multirun.yaml or any file in a job's folder is never overwritten."""
+    job = next(finished.rglob("record.json")).parent
+    path = {"record.json": job / "record.json", "multirun.yaml": next(finished.rglob("multirun.yaml")),
+            "beside": job / "job.log"}[target]
+    before = path.read_bytes()
+    code, out, err = cli(command, str(finished), "--out", str(path))
+    assert code == 2 and "a file a sweep wrote" in err and path.read_bytes() == before, (out, err)
+
+
 @pytest.mark.parametrize("case, args, fragment", [pytest.param(*c, id=c[0]) for c in PREDICT])
 def test_bad_predict_input(cli, finished, case, args, fragment):
     before = {p: p.read_bytes() for p in finished.rglob("record.json")}

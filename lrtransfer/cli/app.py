@@ -133,7 +133,14 @@ def _writable(out: Path, folder: bool) -> Path:
         probe_writable(out if folder else out.parent)
     except OSError as e:
         raise UserError(f"--out {out}: cannot write there ({e.strerror}); choose a writable path") from None
+    if not folder and out.exists() and (out.name in SWEEP_FILES or ".hydra" in out.parts
+                                        or (out.parent / "record.json").exists()):
+        raise UserError(f"--out {out}: a file a sweep wrote (a job's record, checkpoint or log), which this would "
+                        "overwrite; choose another path")
     return out
+
+
+SWEEP_FILES = ("record.json", "checkpoint.pt", "multirun.yaml", "adaptive.json", "job.log")
 
 
 @app.command()
