@@ -424,3 +424,24 @@ def test_two_scales_of_several_seeds_say_the_interval_is_the_bootstrap_alone(tmp
     study(tmp_path / "three", seeds=2, noise=0.003, widths=[64, 128, 256])
     (g,) = analysis.groups(analysis.load_runs(tmp_path / "three"))
     assert not any("bootstrap alone" in w for w in g.warnings), g.warnings
+
+
+def test_a_failed_job_is_said_where_the_numbers_leave_it_out(tmp_path):
+    """A job whose record says it failed is no run of any group: the study's groups say so, as they
+    do for a skipped record, so that a drift over fewer scales than the sweep asked for never reads
+    as the whole study's."""
+    study(tmp_path / "r", seeds=1, name="s")
+    write_record(tmp_path / "r" / "s" / "broken", {"job_id": "broken", "status": "failed", "error": "RuntimeError: boom",
+                                                    "config": {"name": "s", "width": 1024}})
+    doc = analysis.summarize(tmp_path / "r")
+    (g,) = doc["groups"]
+    assert g["failed_jobs"] == 1 and g["warnings"][0].startswith("incomplete: 1 job(s) of this study failed "
+                                                                 "(RuntimeError: boom)"), g["warnings"]
+
+
+def test_a_prediction_says_what_its_study_left_out(cli, tmp_path):
+    study(tmp_path / "r", seeds=1, name="s")
+    write_record(tmp_path / "r" / "s" / "broken", {"job_id": "broken", "status": "failed", "error": "RuntimeError: boom",
+                                                    "config": {"name": "s", "width": 1024}})
+    code, out, err = cli("predict", str(tmp_path / "r"), "--width", "1024")
+    assert code == 0 and "warning: incomplete: 1 job(s) of this study failed (RuntimeError: boom)" in out, (out, err)

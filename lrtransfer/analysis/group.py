@@ -73,6 +73,7 @@ class Group:
     # the numbers above leave them out, so the verdict is of an incomplete study.
     skipped_records: int = 0
     skipped_runs: int = 0
+    failed_jobs: int = 0  # jobs of its study whose record says they failed: left out, as skipped ones
 
     @property
     def label(self) -> str:
@@ -105,6 +106,12 @@ def scanned_groups(found: Scan, metric: str = "train_loss") -> list[Group]:
     out = groups(found.runs, metric)
     for g in out:
         g.skipped_records, g.skipped_runs = found.skipped_in(str(g.fixed.get("study")))
+        failed = [f for f in found.failed if f["study"] == str(g.fixed.get("study"))]
+        g.failed_jobs = len(failed)
+        if failed:
+            g.warnings.insert(0, f"incomplete: {len(failed)} job(s) of this study failed ({failed[0]['error']}) and "
+                                 "these numbers leave them out; `lrtransfer list` names them, and a re-run of the "
+                                 "sweep retries them")
         if g.skipped_records:
             g.warnings.insert(0, f"incomplete: {g.skipped_records} record(s) of this study ({g.skipped_runs} runs) were "
                                  "skipped as unreadable or malformed, and these numbers leave them out; a re-run of the "

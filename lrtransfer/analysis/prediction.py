@@ -125,7 +125,7 @@ def predict(g: Group, at: float, *, rng: np.random.Generator | None = None) -> P
     degree = degree_for(len(g.fit.x))
     y0, lo, hi, method = optimum_interval(g.fit, x0, rng, degree)
     line = (y0, lo, hi) if degree == 1 else optimum_interval(g.fit, x0, rng, 1)[:3]
-    warn = []
+    warn = [w for w in g.warnings if w.startswith("incomplete:")]  # records skipped, jobs failed: left out here too
     top = max(g.scales)
     if at > BEYOND * top:
         warn.append(f"{g.axis} {at:g} is beyond {BEYOND:g}x the largest {g.axis} measured ({top:g}): "

@@ -218,7 +218,7 @@ def predict(
     if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:  # 2.0 ** log2(scale) x drift overflows past it
         raise UserError(f"{flag} {value:g} is beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
     with show.warnings_to_stderr():
-        groups = analysis.groups(analysis.load_runs(directory), metric)
+        groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
     preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
     for message in skipped:
         typer.echo(f"warning: {message}", err=True)
