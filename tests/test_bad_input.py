@@ -6,6 +6,7 @@ docs/troubleshooting.md lists the same cases.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -581,3 +582,20 @@ def test_a_copied_study_folder_is_read_once(cli, two_widths, tmp_path):
     assert [g["n_runs"] for g in doc["groups"]] == [[5, 5]] and len(doc["set_aside"]) == 2
     code, out, _ = cli("export", str(tmp_path / "r"))
     assert code == 0 and "(10 runs," in out
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+@pytest.mark.parametrize("value", ["0.5", "nan", "inf"])
+def test_a_curves_lr_off_the_grid_is_one_line(cli, finished, tmp_path, command, value):
+    """Its figure would have no curve: the LRs measured are named instead."""
+    out = tmp_path / ("fig" if command == "plot" else "r.html")
+    code, _, err = cli(command, str(finished), "--curves-lr", value, "--out", str(out))
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert code == 2 and len(lines) == 1 and f"--curves-lr {float(value):g} is no log2 LR of" in lines[0], err
+    assert "; its LRs: " in lines[0] and not (out.exists() and any(out.iterdir()) if out.is_dir() else out.exists())
+
+
+def test_a_curves_lr_on_the_grid_draws_its_curves(cli, finished, tmp_path):
+    lr = json.loads(next(finished.rglob("record.json")).read_text())["runs"][0]["log2_lr"]
+    code, out, err = cli("plot", str(finished), "--curves-lr", str(lr), "--out", str(tmp_path / "fig"))
+    assert code == 0 and list((tmp_path / "fig").glob("*curves.png")), err

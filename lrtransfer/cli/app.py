@@ -140,6 +140,22 @@ def _writable(out: Path, folder: bool) -> Path:
     return out
 
 
+def _check_curves_lr(curves_lr: float | None, groups) -> None:
+    """--curves-lr names a log2 LR every group measured: anywhere else its figure has no curve."""
+    import math
+
+    from lrtransfer.errors import UserError
+
+    if curves_lr is None:
+        return
+    for g in groups:
+        lrs = sorted({float(v) for v in g.runs["log2_lr"]}) if g.runs is not None else []
+        if lrs and not (math.isfinite(curves_lr) and any(abs(v - curves_lr) < 1e-9 for v in lrs)):
+            shown = ", ".join(f"{v:g}" for v in lrs[:12]) + (", ..." if len(lrs) > 12 else "")
+            raise UserError(f"--curves-lr {curves_lr:g} is no log2 LR of {g.label}"
+                            f"; its LRs: {shown}")
+
+
 SWEEP_FILES = ("record.json", "checkpoint.pt", "multirun.yaml", "adaptive.json", "job.log")
 
 
@@ -161,6 +177,7 @@ def plot(
     with show.warnings_to_stderr():
         groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
     show.group_warnings(groups)
+    _check_curves_lr(curves_lr, groups)
     paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
     for p in paths:
         typer.echo(f"wrote {p} (+ .pdf)")
@@ -182,6 +199,7 @@ def report(
     with show.warnings_to_stderr():
         found = analysis.scan_runs(directory)
     groups = analysis.scanned_groups(found, metric)
+    _check_curves_lr(curves_lr, groups)
     text = html_report.build(directory, found, groups, metric, curves_lr)
     path = html_report.write(out or Path(directory) / "report.html", text)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
