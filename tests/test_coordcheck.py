@@ -58,7 +58,10 @@ def test_cli_writes_data_and_figure_and_prints_slopes(cli, tmp_path):
         (["width=64"], "at least two widths"),
         (["width=64,0"], "width must be positive"),
         (["widht=64"], "unknown key 'widht'"),
-        (["--steps", "0", "width=8,16"], "steps >= 1"),
+        (["--steps", "0", "width=8,16"], "1 <= steps <= 10,000"),
+        (["--steps", "100000000", "width=8,16"], "1 <= steps <= 10,000 and 1 <= seeds <= 1000"),
+        (["--log2-lr", "2000", "width=8,16"], "--log2-lr must be finite and within -100 .. 100"),
+        (["--out", "/dev/null", "width=8,16"], "--out /dev/null: cannot write there"),
     ],
 )
 def test_bad_input_is_one_line(cli, tmp_path, args, fragment):

@@ -317,6 +317,7 @@ def coord_check(
     from lrtransfer.diagnostics import coordcheck
     from lrtransfer.diagnostics.compose import compose
 
+    out = _writable(out, folder=True) if out is not None else None
     cfgs = compose(list(overrides or []), default_widths=list(coordcheck.DEFAULT_WIDTHS))
     data = coordcheck.measure(cfgs, steps=steps, log2_lr=log2_lr, seeds=seeds)
     paths = coordcheck.save(data, out or coordcheck.output_dir(cfgs[0]))

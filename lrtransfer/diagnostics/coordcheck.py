@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lrtransfer.config import Schedule
+from lrtransfer.config.validate import MAX_ABS_LOG2_LR
 from lrtransfer.errors import UserError
 
 DEFAULT_WIDTHS = (64, 128, 256, 512, 1024)
@@ -64,6 +65,9 @@ def output_dir(cfg) -> Path:
 
 
 # ---------------------------------------------------------------- measuring
+MAX_STEPS, MAX_SEEDS = 10_000, 1_000  # activations are kept for every step of every run
+
+
 def measure(cfgs, *, steps: int = 3, log2_lr: float | None = None, seeds: int = 2) -> CoordData:
     """Train each config (one per width) `steps` steps; record mean |activation| per atom and step.
 
@@ -73,13 +77,15 @@ def measure(cfgs, *, steps: int = 3, log2_lr: float | None = None, seeds: int = 
     from lrtransfer.training import build
     from lrtransfer.training.engine import Ensemble, Run
 
-    if steps < 1 or seeds < 1:
-        raise UserError(f"coord-check needs steps >= 1 and seeds >= 1, got steps={steps}, seeds={seeds}")
+    if not (1 <= steps <= MAX_STEPS and 1 <= seeds <= MAX_SEEDS):
+        raise UserError(f"coord-check needs 1 <= steps <= {MAX_STEPS:,} and 1 <= seeds <= {MAX_SEEDS} (a few steps "
+                        f"of a few runs), got steps={steps}, seeds={seeds}")
     first = cfgs[0]
     if log2_lr is None:
         log2_lr = (first.lr.log2_min + first.lr.log2_max) / 2
-    if not math.isfinite(log2_lr):
-        raise UserError(f"--log2-lr must be finite, got {log2_lr}")
+    if not (math.isfinite(log2_lr) and abs(log2_lr) <= MAX_ABS_LOG2_LR):
+        raise UserError(f"--log2-lr must be finite and within -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR} (as the LR "
+                        f"grid's keys), got {log2_lr:g}")
     data = CoordData(
         widths=[c.width for c in cfgs], steps=steps, log2_lr=log2_lr, seeds=seeds,
         title=f"{first.model.name} {first.param.name} {first.optim.name} depth={first.depth}", layers=[],
