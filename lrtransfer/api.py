@@ -11,6 +11,9 @@ and exiting. A sweep leaves the caller's process as it found it.
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,8 +43,89 @@ def user_errors() -> Iterator[None]:
         raise UserError(message) from None
 
 
+def _got(value: object) -> str:
+    """`value` as the error shows it: its repr on one line (cut at 60 characters) and its type."""
+    text = " ".join(repr(value).split())
+    return f"{text[:57]}... ({type(value).__name__})" if len(text) > 60 else f"{text} ({type(value).__name__})"
+
+
+# What a CLI flag in the overrides would do, and the API's way to it; Hydra would print and exit.
+FLAGS = {
+    "-h": "help(lrtransfer.sweep) documents the API, lrtransfer.plan(overrides) lists a sweep's jobs",
+    "--help": "help(lrtransfer.sweep) documents the API, lrtransfer.plan(overrides) lists a sweep's jobs",
+    "--cfg": "lrtransfer.plan(overrides) lists a sweep's jobs",
+    "-c": "lrtransfer.plan(overrides) lists a sweep's jobs",
+    "--info": "lrtransfer.plan(overrides) lists a sweep's jobs",
+    "-i": "lrtransfer.plan(overrides) lists a sweep's jobs",
+    "--plan": "lrtransfer.plan(overrides) lists a sweep's jobs",
+    "-m": "the API always runs a sweep; leave it out",
+    "--multirun": "the API always runs a sweep; leave it out",
+    "--rerun": "pass rerun=True",
+    "--until-decided": "pass until_decided=True",
+    "--budget": "pass budget=...",
+}
+
+
 def _argv(overrides: str | Sequence[str]) -> list[str]:
-    return overrides.split() if isinstance(overrides, str) else [str(o) for o in overrides]
+    """The overrides as the CLI's words: a list or tuple of str, or one str split at whitespace;
+    a CLI flag (-h, --cfg, -m, ...) is refused, naming the API argument that does its work."""
+    if isinstance(overrides, str):
+        argv = overrides.split()
+    elif isinstance(overrides, (list, tuple)):
+        argv = list(overrides)
+    else:
+        raise UserError(f"overrides must be a list of str such as ['width=64,256', 'optim=sgd'] "
+                        f"(or one space-separated str), got {_got(overrides)}")
+    for i, word in enumerate(argv):
+        if not isinstance(word, str):
+            raise UserError(f"overrides[{i}] must be a str such as 'width=64', got {_got(word)}")
+        if word.startswith("-"):
+            flag = word.split("=", 1)[0]
+            how = FLAGS.get(flag, "the API takes key=value overrides only")
+            raise UserError(f"overrides[{i}] {word!r} is a CLI flag, not an override; {how}")
+    return argv
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be True or False, got {_got(value)}")
+    return value
+
+
+def _text(value: object, name: str, example: str) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{name} must be a str such as {example!r}, got {_got(value)}")
+    return value
+
+
+def _directory(directory: object) -> str | os.PathLike:
+    """A results folder as a str or an os.PathLike of str (pathlib.Path); bytes and other types are refused."""
+    try:
+        path = os.fspath(directory)
+    except TypeError:
+        path = None
+    if not isinstance(path, str):
+        raise UserError(f"directory must be a path (a str or pathlib.Path), got {_got(directory)}")
+    if not path:
+        raise UserError("directory must be a path (a str or pathlib.Path), got '' (give '.' for this folder)")
+    return directory
+
+
+def _scale(at: object) -> float:
+    """`predict`'s `at`: a real number (not a bool), finite, positive and within the CLI's sane range."""
+    from lrtransfer.cli.app import SCALE_RANGE
+
+    if isinstance(at, bool) or not isinstance(at, numbers.Real):
+        raise UserError(f"at must be a positive number (the scale, e.g. 4096), got {_got(at)}")
+    try:
+        value = float(at)
+    except OverflowError:
+        value = math.inf
+    if not value > 0 or not math.isfinite(value):
+        raise UserError(f"at must be a finite positive number (the scale, e.g. 4096), got {_got(at)}")
+    if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:  # 2.0 ** log2(scale) x drift overflows past it
+        raise UserError(f"at={value:g} is beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
+    return value
 
 
 def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: str = "train_loss",
@@ -58,7 +142,14 @@ def sweep(overrides: str | Sequence[str] = (), *, rerun: bool = False, metric: s
     from lrtransfer.sweeps.outcome import outcome_dict, until_decided_overrides
     from lrtransfer.sweeps.launch import SweepReport, launch
 
+    from lrtransfer.analysis import check_metric
+
     argv = _argv(overrides)
+    _flag(rerun, "rerun")
+    _flag(until_decided, "until_decided")
+    check_metric(_text(metric, "metric", "train_loss"))  # before any training, not after the sweep
+    if isinstance(budget, bool):
+        raise UserError(f"budget must be run-steps (20000) or a time ('90m'), got {_got(budget)}")
     with user_errors():
         argv += until_decided_overrides(until_decided, budget)
     if rerun:
@@ -89,14 +180,19 @@ def plan(overrides: str | Sequence[str] = ()) -> Plan:
     else by a few of its steps timed here when first asked (`rates` says which)."""
     from lrtransfer.sweeps.launch import launch
 
+    argv = _argv(overrides)
     with user_errors():
-        return launch(_argv(overrides), action="plan")
+        found = launch(argv, action="plan")
+    if found is None:  # as `sweep`: a Hydra flag would have printed instead (refused by _argv)
+        raise UserError("nothing was planned; lrtransfer.plan(overrides) takes key=value overrides")
+    return found
 
 
 def load(directory: str | Path = "results") -> pd.DataFrame:
     """Every run under DIRECTORY (a results folder or one study) as one row: config columns and metrics."""
     from lrtransfer import analysis
 
+    _directory(directory)
     with user_errors():
         return analysis.load_runs(directory)
 
@@ -105,7 +201,8 @@ def summarize(directory: str | Path = "results", metric: str = "train_loss") -> 
     """The groups of `lrtransfer summary --json`: per scale the best log2 LR and its interval, the drift, a verdict."""
     from lrtransfer import analysis
 
-    analysis.check_metric(metric)
+    _directory(directory)
+    analysis.check_metric(_text(metric, "metric", "train_loss"))
     with user_errors():
         return analysis.summarize(directory, metric)["groups"]
 
@@ -118,6 +215,10 @@ def predict(directory: str | Path, at: float, axis: str | None = None, metric: s
     from lrtransfer.analysis import check_metric, groups, load_runs
     from lrtransfer.analysis.prediction import prediction_dict, predict_groups
 
-    check_metric(metric)
+    _directory(directory)
+    at = _scale(at)
+    if axis is not None:
+        _text(axis, "axis", "width")
+    check_metric(_text(metric, "metric", "train_loss"))
     preds, _ = predict_groups(groups(load_runs(directory), metric), at, axis, name="at", where=f"'{directory}'")
     return [prediction_dict(p) for p in preds]

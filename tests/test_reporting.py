@@ -314,3 +314,32 @@ def test_a_study_name_too_long_for_a_file_name_still_gets_its_figures(cli, tmp_p
     assert code == 0, err
     names = [p.name for p in (tmp_path / "fig").glob("*.png")]
     assert names and all(len(n.encode()) <= 255 and n.startswith("s" * 100) for n in names), names
+
+
+@pytest.mark.parametrize("fmt, name, named", [("parquet", "runs.csv", "csv"), ("csv", "runs.parquet", "parquet"),
+                                              ("csv", "RUNS.PARQUET", "parquet")])
+def test_export_refuses_a_format_its_out_extension_contradicts(cli, two_params, tmp_path, fmt, name, named):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / name
+    code, _, err = cli("export", str(two_params), "--format", fmt, "--out", str(out))  # was: exit 0, Parquet in x.csv
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert f"--out {out} names the {named} format but the export format is {fmt}; give --format {named}, " \
+           f"or an --out ending in .{fmt}" in err
+    assert not out.exists()
+
+
+def test_export_format_follows_the_out_extension_when_not_given(tmp_path):
+    pytest.importorskip("pyarrow")
+    from lrtransfer.errors import UserError
+    from lrtransfer.reporting.export import resolve_format, write_table
+
+    assert resolve_format(None, tmp_path / "x.parquet") == "parquet"
+    assert resolve_format(None, tmp_path / "x.CSV") == "csv"
+    assert resolve_format(None, tmp_path / "x.tsv") == "csv"  # no format named: csv, as before
+    assert resolve_format(None, None) == "csv"
+    assert resolve_format("parquet", tmp_path / "x.pq") == "parquet"  # another extension takes any format
+    with pytest.raises(UserError, match=r"unknown export format 'xlsx'; valid: csv, parquet"):
+        resolve_format("xlsx", tmp_path / "x.csv")
+    table = pd.DataFrame({"width": [16, 32], "train_loss": [0.5, 0.25]})
+    pd.testing.assert_frame_equal(pd.read_parquet(write_table(table, tmp_path / "x.parquet")), table)
+    pd.testing.assert_frame_equal(pd.read_csv(write_table(table, tmp_path / "x.csv")), table)

@@ -60,10 +60,16 @@ def check_fits(built: Built, label: str) -> None:
     over = setting if allowed < total else "this machine's memory"
     raise MemoryLimitError(
         f"{label}: one run needs about "
-        f"{need / 2**30:.1f} GiB (estimated), more than {over} ({min(allowed, total) / 2**30:.1f} GiB; "
-        f"{built.device.type} has {total / 2**30:.1f} GiB); use a smaller width, depth or batch"
+        f"{gib(need)} GiB (estimated), more than {over} ({gib(min(allowed, total))} GiB; "
+        f"{built.device.type} has {gib(total)} GiB); use a smaller width, depth or batch"
         + (", or raise engine.max_memory_gb" if allowed < total else "")
     )
+
+
+def gib(n_bytes: float) -> str:
+    """Bytes as GiB with three significant digits (0.0153, 2.5, 140), whole above 1000 (1,536)."""
+    x = n_bytes / 2**30
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
 
 
 CPU_BUDGET_GB = 4.0  # engine.max_memory_gb=0 on a CPU
