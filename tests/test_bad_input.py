@@ -127,6 +127,10 @@ CATALOGUE = [
     ("range with a zero step", ["width=range(16,32,0)"], "cannot expand 'width=range(16,32,0)': range() arg 3 must not be zero"),
     ("empty range", ["width=range(0)"], "'width=range(0)' gives no values, so the sweep has no jobs"),
     ("zero parallel jobs", ["hydra/launcher=parallel", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 runs nothing"),
+    ("more parallel jobs than a C int", ["hydra/launcher=parallel", "hydra.launcher.n_jobs=99999999999999999999"],
+     "hydra.launcher.n_jobs=99999999999999999999 runs more workers than any machine has; valid: 1 .. 4096"),
+    ("a job timeout of zero", ["hydra/launcher=processes", "hydra.launcher.timeout_min=0"],
+     "hydra.launcher.timeout_min=0: a job would be stopped before it starts; valid: minutes > 0"),
     ("group YAML of the wrong shape", ["--config-dir", "{yaml_dir}", "model=listed"],
      "model: expected a mapping with name: one of cnn, cnn1d, custom, mlp, resnet"),
     ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
@@ -599,3 +603,9 @@ def test_a_curves_lr_on_the_grid_draws_its_curves(cli, finished, tmp_path):
     lr = json.loads(next(finished.rglob("record.json")).read_text())["runs"][0]["log2_lr"]
     code, out, err = cli("plot", str(finished), "--curves-lr", str(lr), "--out", str(tmp_path / "fig"))
     assert code == 0 and list((tmp_path / "fig").glob("*curves.png")), err
+
+
+def test_inspect_of_a_model_too_large_to_allocate_is_one_line(cli):
+    code, out, err = cli("inspect", "width=100000000")
+    assert code == 2 and err.startswith("error: too large for this machine (") and "choose smaller sizes" in err, err
+    assert len(err.strip().splitlines()) == 1

@@ -158,12 +158,20 @@ def _logged(then):
     return on_round
 
 
+MAX_WORKERS = 4096  # hydra.launcher.n_jobs: as engine.threads' bound
+
+
 def _check_launcher(cfg) -> None:
     """What the launcher would only refuse mid-launch, with a traceback."""
     n_jobs = OmegaConf.select(cfg, "hydra.launcher.n_jobs", default=None)
-    if n_jobs == 0:
-        raise ConfigError("hydra.launcher.n_jobs=0 runs nothing; valid: N > 0 jobs at once, or -N (joblib's: all "
-                          "cores but N - 1; -1 is one job per core)")
+    if n_jobs == 0 or (isinstance(n_jobs, int) and abs(n_jobs) > MAX_WORKERS):
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs {'nothing' if n_jobs == 0 else 'more workers than any machine has'}; "
+                          f"valid: 1 .. {MAX_WORKERS} jobs at once, or -N (joblib's: all cores but N - 1; -1 is one "
+                          "job per core)")
+    timeout = OmegaConf.select(cfg, "hydra.launcher.timeout_min", default=None)
+    if isinstance(timeout, (int, float)) and not timeout > 0:
+        raise ConfigError(f"hydra.launcher.timeout_min={timeout}: a job would be stopped before it starts; "
+                          "valid: minutes > 0")
 
 
 def expand(sweeper, arguments: list[str]) -> list[list[str]]:

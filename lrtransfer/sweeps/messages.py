@@ -49,6 +49,8 @@ def describe(exc: BaseException) -> str | None:
         return _first_line(str(exc))
     if isinstance(exc, HydraException):
         return _first_line(str(exc))
+    if isinstance(exc, (MemoryError, RuntimeError, OverflowError)) and too_large(exc):  # inspect width=10^8, ...
+        return f"too large for this machine ({_first_line(str(exc))[:200] or type(exc).__name__}); choose smaller sizes"
     return None
 
 
@@ -103,6 +105,14 @@ def _unknown_key(exc) -> str:
     if valid:
         return f"unknown key '{key}'{where}{choices(valid, leaf)}"
     return f"unknown key '{key}'"
+
+
+def too_large(e: BaseException) -> bool:
+    """Whether building failed because a size overflowed a 64-bit count or the memory: the sizes
+    are the user's (a width, a vocabulary, a data set), so that is a bad value, not a bug."""
+    text = str(e).lower()
+    return isinstance(e, (OverflowError, MemoryError)) or any(
+        w in text for w in ("overflow", "not enough memory", "cannot allocate", "can't allocate", "out of memory"))
 
 
 def _not_utf8(exc: BaseException) -> str | None:

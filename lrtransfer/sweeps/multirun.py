@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from lrtransfer.config import Config, ConfigError, run_steps, validate
 from lrtransfer.errors import Fault
 from lrtransfer.store import is_complete, job_dir, probe_writable, write_text_atomic
+from lrtransfer.sweeps.messages import too_large
 from lrtransfer.training import stop
 
 
@@ -143,20 +144,12 @@ def _check_memory(typed, tasks: dict) -> None:
         built = build.job(typed, device, data=tasks[key])
         check_fits(built, where)
     except (OverflowError, MemoryError, RuntimeError, TypeError, ValueError) as e:
-        if not _too_large(e):
+        if not too_large(e):
             raise
         said = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"{where} data={typed.data.name}: too large to build on this machine "
                           f"({said[:200]}); choose smaller sizes") from None
     build.check(built)
-
-
-def _too_large(e: BaseException) -> bool:
-    """Whether building failed because a size overflowed a 64-bit count or the memory: the sizes
-    are the user's (a width, a vocabulary, a data set), so that is a bad value, not a bug."""
-    text = str(e).lower()
-    return isinstance(e, (OverflowError, MemoryError)) or any(
-        w in text for w in ("overflow", "not enough memory", "cannot allocate", "out of memory"))
 
 
 def check_writable(folder: Path, keep: bool = True) -> None:
