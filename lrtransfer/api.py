@@ -112,8 +112,8 @@ def _directory(directory: object) -> str | os.PathLike:
 
 
 def _scale(at: object) -> float:
-    """`predict`'s `at`: a real number (not a bool), finite, positive and within the CLI's sane range."""
-    from lrtransfer.cli.app import SCALE_RANGE
+    """`predict`'s `at`: a real number (not a bool), finite, positive and within the sane range of a scale (the CLI's too)."""
+    from lrtransfer.analysis.prediction import BEYOND_RANGE, SCALE_RANGE
 
     if isinstance(at, bool) or not isinstance(at, numbers.Real):
         raise UserError(f"at must be a positive number (the scale, e.g. 4096), got {_got(at)}")
@@ -124,7 +124,7 @@ def _scale(at: object) -> float:
     if not value > 0 or not math.isfinite(value):
         raise UserError(f"at must be a finite positive number (the scale, e.g. 4096), got {_got(at)}")
     if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:  # 2.0 ** log2(scale) x drift overflows past it
-        raise UserError(f"at={value:g} is beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
+        raise UserError(f"at={value:g} is {BEYOND_RANGE}")
     return value
 
 

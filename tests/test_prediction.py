@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -206,7 +207,7 @@ def test_the_python_api_predicts_as_the_cli(tmp_path, cli):
     (p,) = lrtransfer.predict(tmp_path, 1024)
     code, out, _ = cli("predict", str(tmp_path), "--width", "1024", "--json")
     assert code == 0 and json.loads(out)["predictions"] == [p]
-    with pytest.raises(lrtransfer.UserError, match="at must be a positive number, got 0"):
+    with pytest.raises(lrtransfer.UserError, match=re.escape("at must be a finite positive number (the scale, e.g. 4096), got 0 (int)")):
         lrtransfer.predict(tmp_path, 0)
 
 

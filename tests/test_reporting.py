@@ -343,3 +343,10 @@ def test_export_format_follows_the_out_extension_when_not_given(tmp_path):
     table = pd.DataFrame({"width": [16, 32], "train_loss": [0.5, 0.25]})
     pd.testing.assert_frame_equal(pd.read_parquet(write_table(table, tmp_path / "x.parquet")), table)
     pd.testing.assert_frame_equal(pd.read_csv(write_table(table, tmp_path / "x.csv")), table)
+
+
+def test_export_to_a_parquet_path_writes_parquet(cli, two_params, tmp_path):
+    pytest.importorskip("pyarrow")
+    code, out, err = cli("export", str(two_params), "--out", str(tmp_path / "x.parquet"))
+    assert code == 0, err
+    assert len(pd.read_parquet(tmp_path / "x.parquet")) > 0

@@ -85,6 +85,10 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)
 
 
+SCALE_RANGE = (1e-30, 1e30)  # what predict takes as a scale: past it 2.0 ** log2(scale) x drift overflows
+BEYOND_RANGE = f"beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}"
+
+
 def check_scale(at: float, name: str = "the scale") -> None:
     if not at > 0 or not math.isfinite(at):
         raise UserError(f"{name} must be a positive number, got {at:g}")

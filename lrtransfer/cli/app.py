@@ -118,7 +118,6 @@ def summary(
         show.summary(doc)
 
 
-SCALE_RANGE = (1e-30, 1e30)  # what predict takes as a scale (a width, a depth, a number of steps)
 
 
 def _writable(out: Path, folder: bool) -> Path:
@@ -233,8 +232,8 @@ def predict(
             raise UserError(f"--axis {axis} contradicts {flag}; give --axis {axis} --at N")
         axis = flag[2:]
     prediction.check_scale(value, flag)  # before reading any record
-    if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:  # 2.0 ** log2(scale) x drift overflows past it
-        raise UserError(f"{flag} {value:g} is beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
+    if not prediction.SCALE_RANGE[0] <= value <= prediction.SCALE_RANGE[1]:
+        raise UserError(f"{flag} {value:g} is {prediction.BEYOND_RANGE}")
     with show.warnings_to_stderr():
         groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
     preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
@@ -252,14 +251,15 @@ def predict(
 @app.command()
 def export(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
-    fmt: str = typer.Option("csv", "--format", help="csv | parquet (parquet needs pyarrow)."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help="csv | parquet (default: from --out's extension, else csv; parquet needs pyarrow)."),
     out: Optional[Path] = typer.Option(None, help="The file (default: DIRECTORY/runs.csv or .parquet)."),
 ) -> None:
     """Every run as one row (config columns + metrics): pandas.read_csv / read_parquet loads it."""
     from lrtransfer import analysis
-    from lrtransfer.reporting.export import check_format, write_table
+    from lrtransfer.reporting.export import resolve_format, write_table
 
-    check_format(fmt)
+    fmt = resolve_format(fmt, out)
     path = _writable(out, folder=False) if out is not None else Path(directory) / f"runs.{fmt}"
     with show.warnings_to_stderr():
         table = analysis.export_frame(analysis.load_runs(directory))
