@@ -243,3 +243,11 @@ def test_the_end_line_says_which_rounds_ran_after_the_one_the_budget_cut():
     assert "cut round 6 short (rounds 7-8 then ran on what it had measured), leaving" in undecided_words(group(5, 6, 7, 8))
     assert "cut round 6 short (round 7 then ran on what it had measured), leaving" in undecided_words(group(6, 7))
     assert "cut round 6 short, leaving" in undecided_words(group(5, 6))
+
+
+def test_a_budget_below_round_one_is_refused_before_anything_trains(cli, tmp_path):
+    """The first round is the coarse grid every later round starts from: it is not cut, so a
+    budget it does not fit in is refused instead of spent past."""
+    code, out, err = cli("sweep", *ADAPT, "--budget", "100", f"results_dir={tmp_path}", "name=b")
+    assert code == 2 and "--budget 100 run-steps is below round 1's 180" in err and "give --budget 180" in err, err
+    assert not (tmp_path / "b").exists()

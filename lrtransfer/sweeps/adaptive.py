@@ -136,6 +136,10 @@ def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
     started = time.monotonic()
     requests = {id(g): [rq for sc in g.states for rq in rounds.requests_of(sc, g.states[sc], g.states[sc].blocks, "coarse")]
                 for g in groups}
+    first = sum(g.cost(requests[id(g)]) for g in groups)
+    if budget is not None and first > budget:  # a round is cut only after the first: that one measures where to go
+        raise ConfigError(f"--budget {budget:,} run-steps is below round 1's {first:,} (the coarse grid at every "
+                          f"scale, which every later round starts from); give --budget {first:,} or more")
     index, lines = 0, []
     while any(requests.values()):
         index += 1
