@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -445,3 +446,19 @@ def test_a_prediction_says_what_its_study_left_out(cli, tmp_path):
                                                     "config": {"name": "s", "width": 1024}})
     code, out, err = cli("predict", str(tmp_path / "r"), "--width", "1024")
     assert code == 0 and "warning: incomplete: 1 job(s) of this study failed (RuntimeError: boom)" in out, (out, err)
+
+
+def test_a_run_two_jobs_hold_is_counted_once(tmp_path):
+    """seed=0,1,2 and then seed=0 n_seeds=3: two jobs of other ids train the same runs."""
+    study(tmp_path / "r", seeds=3, name="s")
+    (before,) = analysis.summarize(tmp_path / "r")["groups"]
+    for path in (tmp_path / "r" / "s").glob("*-64-3-0/record.json"):  # width 64's seed-0 job, again, as n_seeds=3
+        rec = json.loads(path.read_text())
+        for seed in (1, 2):
+            rec["runs"] += [{**run, "seed": seed, "final_loss": run["final_loss"] + 0.001 * seed}
+                            for run in rec["runs"] if run["seed"] == 0]
+        rec["job_id"], rec["config"]["n_seeds"] = "again", 3
+        write_record(tmp_path / "r" / "s" / "again", rec)
+    with pytest.warns(analysis.SkippedRecordWarning, match=r"study s: 27 run\(s\) are held by two jobs"):
+        (after,) = analysis.summarize(tmp_path / "r")["groups"]
+    assert after["n_runs"] == before["n_runs"] and after["best_log2_lr"] == before["best_log2_lr"]

@@ -14,12 +14,13 @@ their precedence, and a study whose curves differ only in `train.steps`,
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 
 import numpy as np
 import pandas as pd
 
-from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, plain
+from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, SkippedRecordWarning, plain
 from lrtransfer.config import RUN_SETTINGS
 
 # Columns that never define a group: replicates, the LR grid, how a job ran and where
@@ -88,6 +89,7 @@ def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
     if axis not in SCALE_AXES:  # records hold config values as written: the axis' become numbers to sort and fit
         df = df.assign(**{axis: pd.to_numeric(df[axis])})
     keys = [c for c in config_columns(df) if c != axis]
+    df = _once_per_run(df, [*keys, axis])
     shown = [k for k in (*SHOWN, *SCALE_AXES) if k != axis]
     shown += [c for c in varying(df, keys) if c not in shown]
     out = []
@@ -101,6 +103,20 @@ def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
             fixed["grid"] = sub["grid_key"].dropna().iloc[0]
         out.append((axis, {k: v for k, v in fixed.items() if v is not None}, sub))
     return out
+
+
+def _once_per_run(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each run once: two jobs of one study can hold the same run (seed=0,1,2, then seed=0 n_seeds=3
+    trains seeds 0-2 again in a job of another id), which would count it twice."""
+    same = [*keys, "run_seed", "log2_lr", *(["grid_value"] if "grid_value" in df else [])]
+    repeated = df.duplicated(subset=same, keep="first")
+    if repeated.any():
+        study = df["study"].iloc[0]
+        warnings.warn(f"study {study}: {int(repeated.sum())} run(s) are held by two jobs (the same seed and LR, as "
+                      "seed=0,1,2 and then seed=0 n_seeds=3 train); each is counted once", SkippedRecordWarning,
+                      stacklevel=2)
+        df = df[~repeated]
+    return df
 
 
 def varying(df: pd.DataFrame, keys: list[str]) -> list[str]:
