@@ -37,6 +37,8 @@ CATALOGUE = [
     ("unknown device", ["engine.device=gpu"], "engine.device='gpu' is not one of: auto, cpu, cuda, cuda:N"),
     ("unparsable override", ["width=["], "cannot parse override 'width=['"),
     ("an = in a value", ["name=a=b"], "cannot parse override 'name=a=b': mismatched input '='"),
+    ("an option sweep does not have", ["--metric", "bogus"],
+     "unknown option --metric for sweep; valid: --plan, --rerun, --until-decided, --budget, --cfg job"),
     ("a value where a section belongs", ["train=5"],
      "train=5: train is a section of keys (steps, batch_size, schedule, warmup_steps,"),
     ("a ~ the shell left alone", ["data.root=~/data"],

@@ -55,6 +55,7 @@ def sweep(
     from lrtransfer.training import stop
 
     argv = list(overrides or [])
+    _check_flags(argv)
     argv += until_decided_overrides(until_decided, budget)
     if "-h" in argv:  # Hydra's own app help would list internal groups
         from lrtransfer.cli.catalog import help_text
@@ -92,6 +93,29 @@ def _pop_cfg_job(argv: list[str]) -> str | None:
                 argv.remove("--resolve")
                 return "resolved"
             return "raw"
+    return None
+
+
+# Hydra's flags a sweep passes through, with whether each takes a value
+HYDRA_FLAGS = {"-h": False, "--hydra-help": False, "--cfg": True, "-c": True, "--resolve": False, "--package": True,
+               "-p": True, "--info": False, "-i": False, "--multirun": False, "-m": False, "--config-dir": True,
+               "-cd": True, "--config-path": True, "-cp": True, "--config-name": True, "-cn": True,
+               "--experimental-rerun": True, "--shell-completion": False, "-sc": True, "--run": False, "-r": False}
+
+
+def _check_flags(argv: list[str]) -> None:
+    """An option sweep does not know is one line naming it, where Hydra's parser prints its usage
+    and the internal override it was handed."""
+    from lrtransfer.errors import UserError
+
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag = arg.split("=", 1)[0]
+        if arg.startswith("-") and flag not in HYDRA_FLAGS:
+            raise UserError(f"unknown option {flag} for sweep; valid: --plan, --rerun, --until-decided, --budget, "
+                            "--cfg job [--resolve], --info, --config-dir DIR, -h (lrtransfer sweep -h)")
+        i += 2 if HYDRA_FLAGS.get(arg) else 1  # a flag's value (--config-dir DIR) is no option
     return None
 
 
