@@ -45,6 +45,16 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
+def shown(value: object, limit: int = 40, *, names_plain: bool = False) -> str:
+    """A value read from a user's file, fit for one line of a message: its repr (newlines and
+    terminal codes escaped), cut at `limit`; an integer too long for str() by its size;
+    `names_plain`: a str that is a name (a dict key such as stoi) without quotes."""
+    if isinstance(value, int) and value.bit_length() > 1000:  # str() refuses past 4,300 digits
+        return f"<an integer of {value.bit_length()} bits>"
+    text = value if names_plain and isinstance(value, str) and value.isidentifier() else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def one_line(e: BaseException) -> str:
     """An exception that came from a user's code or a library, as `Type: message` on one line."""
     text = " ".join(str(e).split())

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer.config import inner_grid, semantic
 from lrtransfer.config.validate import MAX_ABS_LOG2_LR, MAX_DEPTH, MAX_INT
-from lrtransfer.errors import ConfigError, UserError, file_kind
+from lrtransfer.errors import ConfigError, UserError, file_kind, shown
 
 RECORD_NAME = "record.json"
 ROUNDS_NAME = "adaptive.json"  # an adaptive sweep's rounds, group by group, beside its study's records
@@ -179,13 +179,13 @@ def record_problem(record: Any) -> str | None:
         return f"malformed record (job_id={record['job_id']!r} is not a string)"
     huge = _huge_int(record)
     if huge:
-        return f"malformed record ({huge[0]}={_shown(huge[1])} is beyond a 64-bit integer)"
+        return f"malformed record ({huge[0]}={shown(huge[1])} is beyond a 64-bit integer)"
     if record["status"] != "complete":
         return None
     for axis, (bound, said) in SCALE_BOUNDS.items():  # a config without them is refused by the analysis' own check
         v = record["config"].get(axis, 1)
         if not (_number(v) and 0 < v <= bound):  # also refuses NaN and inf
-            return f"malformed record (config.{axis}={_shown(v)} is not a positive number up to {said})"
+            return f"malformed record (config.{axis}={shown(v)} is not a positive number up to {said})"
     runs = record.get("runs")
     if not isinstance(runs, list):
         return "complete record without a 'runs' list"
@@ -248,18 +248,13 @@ def run_problem(run: Any, grid_key: str | None = None) -> str | None:
         checks.append((_finite(value), f"grid.{grid_key}", value, "a finite number"))
     for ok, key, value, valid in checks:
         if not ok:
-            return f"{key}={_shown(value)} is not {valid}"
+            return f"{key}={shown(value)} is not {valid}"
     if not math.isclose(lr, 2.0**log2_lr, rel_tol=1e-9):  # a job writes both; log2_lr is rounded to 10 digits
-        return f"lr={_shown(lr)} is not 2**log2_lr={2.0**log2_lr:.6g}"
+        return f"lr={shown(lr)} is not 2**log2_lr={2.0**log2_lr:.6g}"
     steps, losses = run.get("history_step", []), run.get("history_loss", [])
     if len(steps) != len(losses):  # each loss is the one at its step: a plot pairs them
         return f"history_loss has {len(losses)} values, history_step {len(steps)}"
     return None
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _huge_int(record: dict) -> tuple[str, int] | None:

@@ -92,6 +92,8 @@ BEYOND_RANGE = f"beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_
 def check_scale(at: float, name: str = "the scale") -> None:
     if not at > 0 or not math.isfinite(at):
         raise UserError(f"{name} must be a positive number, got {at:g}")
+    if not SCALE_RANGE[0] <= at <= SCALE_RANGE[1]:
+        raise UserError(f"{name} {at:g} is {BEYOND_RANGE}")
 
 
 def predict_groups(groups: list[Group], at: float, axis: str | None = None, *, name: str = "the scale",

@@ -116,7 +116,6 @@ def _check_flags(argv: list[str]) -> None:
             raise UserError(f"unknown option {flag} for sweep; valid: --plan, --rerun, --until-decided, --budget, "
                             "--cfg job [--resolve], --info, --config-dir DIR, -h (lrtransfer sweep -h)")
         i += 2 if HYDRA_FLAGS.get(arg) else 1  # a flag's value (--config-dir DIR) is no option
-    return None
 
 
 DIR_HELP = "A results folder, or one study inside it."
@@ -140,8 +139,6 @@ def summary(
         typer.echo(json.dumps(doc, indent=1))
     else:
         show.summary(doc)
-
-
 
 
 def _writable(out: Path, folder: bool) -> Path:
@@ -175,8 +172,7 @@ def _check_curves_lr(curves_lr: float | None, groups) -> None:
         lrs = sorted({float(v) for v in g.runs["log2_lr"]}) if g.runs is not None else []
         if lrs and not (math.isfinite(curves_lr) and any(abs(v - curves_lr) < 1e-9 for v in lrs)):
             shown = ", ".join(f"{v:g}" for v in lrs[:12]) + (", ..." if len(lrs) > 12 else "")
-            raise UserError(f"--curves-lr {curves_lr:g} is no log2 LR of {g.label}"
-                            f"; its LRs: {shown}")
+            raise UserError(f"--curves-lr {curves_lr:g} is no log2 LR of {g.label}; its LRs: {shown}")
 
 
 SWEEP_FILES = ("record.json", "checkpoint.pt", "multirun.yaml", "adaptive.json", "job.log")
@@ -256,8 +252,6 @@ def predict(
             raise UserError(f"--axis {axis} contradicts {flag}; give --axis {axis} --at N")
         axis = flag[2:]
     prediction.check_scale(value, flag)  # before reading any record
-    if not prediction.SCALE_RANGE[0] <= value <= prediction.SCALE_RANGE[1]:
-        raise UserError(f"{flag} {value:g} is {prediction.BEYOND_RANGE}")
     with show.warnings_to_stderr():
         groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
     preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from omegaconf import OmegaConf
 
 from lrtransfer.config import ConfigError
+from lrtransfer.config.validate import MAX_THREADS  # hydra.launcher.n_jobs' bound, as engine.threads'
 from lrtransfer.sweeps.multirun import SweepReport, plan, run_jobs
 
 if TYPE_CHECKING:
@@ -158,15 +159,12 @@ def _logged(then):
     return on_round
 
 
-MAX_WORKERS = 4096  # hydra.launcher.n_jobs: as engine.threads' bound
-
-
 def _check_launcher(cfg) -> None:
     """What the launcher would only refuse mid-launch, with a traceback."""
     n_jobs = OmegaConf.select(cfg, "hydra.launcher.n_jobs", default=None)
-    if n_jobs == 0 or (isinstance(n_jobs, int) and abs(n_jobs) > MAX_WORKERS):
+    if n_jobs == 0 or (isinstance(n_jobs, int) and abs(n_jobs) > MAX_THREADS):
         raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs {'nothing' if n_jobs == 0 else 'more workers than any machine has'}; "
-                          f"valid: 1 .. {MAX_WORKERS} jobs at once, or -N (joblib's: all cores but N - 1; -1 is one "
+                          f"valid: 1 .. {MAX_THREADS} jobs at once, or -N (joblib's: all cores but N - 1; -1 is one "
                           "job per core)")
     timeout = OmegaConf.select(cfg, "hydra.launcher.timeout_min", default=None)
     if isinstance(timeout, (int, float)) and not timeout > 0:

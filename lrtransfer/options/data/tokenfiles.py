@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lrtransfer.errors import file_kind, one_line
+from lrtransfer.errors import file_kind, one_line, shown
 from lrtransfer.options.data.formats import DataError
 
 BIN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}  # data.dtype -> a .bin file's ids
@@ -169,7 +169,7 @@ def meta_vocab(folder: Path) -> int | None:
     vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
     if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
         raise DataError(f"{path}: no positive integer vocab_size in it (found {type(meta).__name__}"
-                        f"{' with ' + ', '.join(map(_shown, list(meta)[:6])) if isinstance(meta, dict) else ''}); "
+                        f"{' with ' + ', '.join(shown(k, names_plain=True) for k in list(meta)[:6]) if isinstance(meta, dict) else ''}); "
                         f"{instead}")
     if vocab > MAX_VOCAB:
         raise DataError(f"{path}: {too_large(vocab)}; {instead}")
@@ -178,16 +178,9 @@ def meta_vocab(folder: Path) -> int | None:
 
 def too_large(vocab: int) -> str:
     """Why a vocabulary past MAX_VOCAB is refused, wherever it was given."""
-    return f"vocab_size={_shown(vocab)} is beyond the sane bound for a vocabulary ({MAX_VOCAB:,}: uint32 ids)"
+    return f"vocab_size={shown(vocab)} is beyond the sane bound for a vocabulary ({MAX_VOCAB:,}: uint32 ids)"
 
 
-def _shown(value) -> str:
-    """A value read from a user's pickle, fit for one line: a name as it is, anything else as its
-    repr (newlines and terminal codes escaped), cut short; an integer too long to print by its size."""
-    if isinstance(value, int) and value.bit_length() > 1000:  # str() refuses past 4,300 digits
-        return f"<an integer of {value.bit_length()} bits>"
-    text = value if isinstance(value, str) and value.isidentifier() else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_ids(ids: TokenFile, vocab: int, key: str) -> None:
