@@ -50,20 +50,12 @@ def _got(value: object) -> str:
 
 
 # What a CLI flag in the overrides would do, and the API's way to it; Hydra would print and exit.
-FLAGS = {
-    "-h": "help(lrtransfer.sweep) documents the API, lrtransfer.plan(overrides) lists a sweep's jobs",
-    "--help": "help(lrtransfer.sweep) documents the API, lrtransfer.plan(overrides) lists a sweep's jobs",
-    "--cfg": "lrtransfer.plan(overrides) lists a sweep's jobs",
-    "-c": "lrtransfer.plan(overrides) lists a sweep's jobs",
-    "--info": "lrtransfer.plan(overrides) lists a sweep's jobs",
-    "-i": "lrtransfer.plan(overrides) lists a sweep's jobs",
-    "--plan": "lrtransfer.plan(overrides) lists a sweep's jobs",
-    "-m": "the API always runs a sweep; leave it out",
-    "--multirun": "the API always runs a sweep; leave it out",
-    "--rerun": "pass rerun=True",
-    "--until-decided": "pass until_decided=True",
-    "--budget": "pass budget=...",
-}
+_PLAN = "lrtransfer.plan(overrides) lists a sweep's jobs"
+_HELP = f"help(lrtransfer.sweep) documents the API, {_PLAN}"
+_SWEEPS = "the API always runs a sweep; leave it out"
+FLAGS = {"-h": _HELP, "--help": _HELP, "--cfg": _PLAN, "-c": _PLAN, "--info": _PLAN, "-i": _PLAN, "--plan": _PLAN,
+         "-m": _SWEEPS, "--multirun": _SWEEPS, "--rerun": "pass rerun=True", "--until-decided": "pass until_decided=True",
+         "--budget": "pass budget=..."}
 
 
 def _argv(overrides: str | Sequence[str]) -> list[str]:
@@ -212,7 +204,7 @@ def predict(directory: str | Path, at: float, axis: str | None = None, metric: s
     (every group when None), the optimum its optima predict at `at` with a 95% prediction interval,
     and the penalty of the smallest scale's best LR there. Groups with an undetermined verdict are
     left out (UserError when none is left)."""
-    from lrtransfer.analysis import check_metric, groups, load_runs
+    from lrtransfer.analysis import check_metric, scan_runs, scanned_groups
     from lrtransfer.analysis.prediction import prediction_dict, predict_groups
 
     _directory(directory)
@@ -220,5 +212,6 @@ def predict(directory: str | Path, at: float, axis: str | None = None, metric: s
     if axis is not None:
         _text(axis, "axis", "width")
     check_metric(_text(metric, "metric", "train_loss"))
-    preds, _ = predict_groups(groups(load_runs(directory), metric), at, axis, name="at", where=f"'{directory}'")
+    # as the CLI's predict: each group says what of its study was left out (skipped records, failed jobs)
+    preds, _ = predict_groups(scanned_groups(scan_runs(directory), metric), at, axis, name="at", where=f"'{directory}'")
     return [prediction_dict(p) for p in preds]

@@ -462,3 +462,13 @@ def test_a_run_two_jobs_hold_is_counted_once(tmp_path):
     with pytest.warns(analysis.SkippedRecordWarning, match=r"study s: 27 run\(s\) are held by two jobs"):
         (after,) = analysis.summarize(tmp_path / "r")["groups"]
     assert after["n_runs"] == before["n_runs"] and after["best_log2_lr"] == before["best_log2_lr"]
+
+
+def test_the_api_prediction_says_what_its_study_left_out_as_the_cli_does(tmp_path):
+    import lrtransfer
+
+    study(tmp_path / "r", seeds=1, name="s")
+    write_record(tmp_path / "r" / "s" / "broken", {"job_id": "broken", "status": "failed", "error": "RuntimeError: boom",
+                                                    "config": {"name": "s", "width": 1024}})
+    (p,) = lrtransfer.predict(tmp_path / "r", 1024)
+    assert p["warnings"][0].startswith("incomplete: 1 job(s) of this study failed (RuntimeError: boom)"), p["warnings"]
