@@ -105,3 +105,45 @@ def test_ray_records_equal_in_process(tmp_path, in_process):
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert records(tmp_path / "s") == in_process
+
+
+RAY_TARGET = "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"  # the plugin need not be installed
+
+
+def shipped_launcher(name: str, *overrides: str):
+    """conf/hydra/launcher/NAME.yaml's own keys under `hydra.launcher` (its plugin's defaults left out,
+    so no plugin is needed), with OVERRIDES (dotted keys under hydra.launcher) merged in."""
+    from omegaconf import OmegaConf
+
+    import lrtransfer.sweeps.launchers  # noqa: F401  (the resolver of submitit's local folder)
+
+    own = OmegaConf.load(Path(__file__).parents[1] / "lrtransfer" / "conf" / "hydra" / "launcher" / f"{name}.yaml")
+    target = {"parallel": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+              "processes": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+              "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}.get(name, RAY_TARGET)
+    launcher = OmegaConf.merge({"_target_": target}, own.launcher, OmegaConf.from_dotlist(list(overrides)))
+    return OmegaConf.create({"hydra": {"launcher": launcher}})
+
+
+@pytest.mark.parametrize("name", ["parallel", "processes", "slurm", "ray_local", "ray_cluster"])
+def test_every_shipped_launcher_config_passes_the_launcher_check(name):
+    from lrtransfer.sweeps import launchers
+
+    launchers.check(shipped_launcher(name))
+
+
+@pytest.mark.parametrize("name", ["ray_local", "ray_cluster"])
+@pytest.mark.parametrize("override, fragment", [
+    ("ray.remote.num_cpus=-1", "hydra.launcher.ray.remote.num_cpus=-1 is out of range; valid: 0 .. 4,096 CPUs per job"),
+    ("ray.remote.num_cpus=many", "hydra.launcher.ray.remote.num_cpus='many' is not a number; valid: 0 .. 4,096 CPUs per job"),
+    ("ray.remote.num_gpus=-0.5", "hydra.launcher.ray.remote.num_gpus=-0.5 is out of range; valid: 0 .. "),
+    ("ray.init.num_cpus=0", "hydra.launcher.ray.init.num_cpus=0 is out of range; valid: 1 .. 4,096 CPUs"),
+])
+def test_ray_launcher_values_are_checked_without_ray(name, override, fragment):
+    """Ray met these only on the cluster, mid-launch (a negative count), or waited for ever (a cluster of no CPU)."""
+    from lrtransfer.errors import UserError
+    from lrtransfer.sweeps import launchers
+
+    with pytest.raises(UserError) as e:
+        launchers.check(shipped_launcher(name, override))
+    assert fragment in str(e.value) and "\n" not in str(e.value)

@@ -24,10 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from omegaconf import OmegaConf
-
 from lrtransfer.config import ConfigError
-from lrtransfer.config.validate import MAX_THREADS  # hydra.launcher.n_jobs' bound, as engine.threads'
 from lrtransfer.sweeps.multirun import SweepReport, plan, run_jobs
 
 if TYPE_CHECKING:
@@ -128,10 +125,10 @@ def _caller_state_kept() -> Iterator[None]:
 def sweep(sweeper, arguments: list[str]) -> list:
     """The body of the lrtransfer sweeper (see module docstring)."""
     global last_report
-    from lrtransfer.sweeps import adaptive
+    from lrtransfer.sweeps import adaptive, launchers
 
     job_overrides = expand(sweeper, arguments)
-    _check_launcher(sweeper.config)
+    launchers.check(sweeper.config)
     if adaptive.requested(sweeper, job_overrides):
         last_report = adaptive.run(sweeper, job_overrides, on_round=_logged(on_round))
         return []
@@ -157,19 +154,6 @@ def _logged(then):
             then(r)
 
     return on_round
-
-
-def _check_launcher(cfg) -> None:
-    """What the launcher would only refuse mid-launch, with a traceback."""
-    n_jobs = OmegaConf.select(cfg, "hydra.launcher.n_jobs", default=None)
-    if n_jobs == 0 or (isinstance(n_jobs, int) and abs(n_jobs) > MAX_THREADS):
-        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs {'nothing' if n_jobs == 0 else 'more workers than any machine has'}; "
-                          f"valid: 1 .. {MAX_THREADS} jobs at once, or -N (joblib's: all cores but N - 1; -1 is one "
-                          "job per core)")
-    timeout = OmegaConf.select(cfg, "hydra.launcher.timeout_min", default=None)
-    if isinstance(timeout, (int, float)) and not timeout > 0:
-        raise ConfigError(f"hydra.launcher.timeout_min={timeout}: a job would be stopped before it starts; "
-                          "valid: minutes > 0")
 
 
 def expand(sweeper, arguments: list[str]) -> list[list[str]]:

@@ -2,10 +2,13 @@
 
 The plugins report a user's mistake late and loudly: a Ray address with no cluster
 behind it hangs for minutes, then dies with a traceback; a plugin that is not
-installed shows up as an unknown config option. `prepare` runs after every job is
-validated and before any is launched, so those become one line (`UserError`) while
-nothing has trained yet. It also keeps submitit's polling of `sacct` from warning on
-every poll where SLURM accounting is not set up.
+installed shows up as an unknown config option; a count of 0 CPUs passes their types
+and fails on the cluster, or is obeyed to no purpose. `check` reads the launcher's
+values from the config alone (no plugin, scheduler or cluster needed) before any job
+is planned; `prepare` runs after every job is validated and before any is launched.
+Both make those mistakes one line (`UserError`) while nothing has trained yet.
+`prepare` also keeps submitit's polling of `sacct` from warning on every poll where
+SLURM accounting is not set up.
 """
 
 from __future__ import annotations
@@ -22,13 +25,91 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from lrtransfer.errors import UserError
+from lrtransfer.config.validate import MAX_THREADS  # hydra.launcher.n_jobs' bound, as engine.threads'
+from lrtransfer.errors import ConfigError, UserError, choices, shown
 
 # The plugins' own launcher configs, and the extra that installs each.
 PLUGIN_EXTRAS = {"joblib": "joblib", "submitit_local": "submitit", "submitit_slurm": "submitit",
                  "ray": "ray", "ray_aws": "ray"}
+JOBLIB = "hydra_plugins.hydra_joblib_launcher."
+SUBMITIT = "hydra_plugins.hydra_submitit_launcher."
+RAY = "hydra_plugins.hydra_ray_launcher."
 SUBMITIT_LOCAL = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 SCRATCH = "lrtransfer-submitit"
+
+MAX_COUNT = 2**31 - 1  # nodes, GPUs, requeues, ...: a C int, what sbatch reads them into
+# (the plugin whose launcher config has it, key under hydra.launcher, least valid value, most, what it
+# counts); null, where the plugin's type allows it, is the plugin's default and always valid
+COUNTS = [
+    (SUBMITIT_LOCAL, "nodes", 1, 1, "node (hydra/launcher=processes runs on this machine)"),
+    (SUBMITIT, "nodes", 1, MAX_COUNT, "nodes"),
+    (SUBMITIT, "tasks_per_node", 1, MAX_COUNT, "tasks per node"),
+    (SUBMITIT, "cpus_per_task", 1, MAX_THREADS, "CPUs per job"),  # a SLURM job's torch threads
+    (SUBMITIT, "cpus_per_gpu", 1, MAX_THREADS, "CPUs per GPU"),
+    (SUBMITIT, "gpus_per_node", 0, MAX_COUNT, "GPUs per node"),
+    (SUBMITIT, "gpus_per_task", 1, MAX_COUNT, "GPUs per task"),
+    (SUBMITIT, "mem_gb", 0, MAX_COUNT, "GB per node (0: SLURM's all of it)"),
+    (SUBMITIT, "array_parallelism", 1, MAX_COUNT, "jobs at once"),
+    (SUBMITIT, "max_num_timeout", 0, MAX_COUNT, "requeues"),
+    (SUBMITIT, "signal_delay_s", 0, MAX_COUNT, "seconds"),
+    (RAY, "ray.remote.num_cpus", 0, MAX_THREADS, "CPUs per job"),
+    (RAY, "ray.remote.num_gpus", 0, MAX_COUNT, "GPUs per job"),
+    (RAY, "ray.init.num_cpus", 1, MAX_THREADS, "CPUs (a local cluster of none runs nothing)"),
+    (RAY, "ray.init.num_gpus", 0, MAX_COUNT, "GPUs"),
+]
+# (key, the values joblib.Parallel takes from Hydra's joblib launcher, why)
+JOBLIB_CHOICES = [
+    ("backend", ("loky", "null"), " (Hydra's joblib launcher always runs loky)"),
+    ("prefer", ("processes", "threads", "null"), ""),
+    ("require", ("null",), " (loky, which Hydra's joblib launcher always runs, shares no memory)"),
+    ("mmap_mode", ("r+", "r", "w+", "c", "null"), ""),
+]
+
+
+def check(cfg) -> None:
+    """Refuse (ConfigError) a launcher value its plugin's type lets through but its engine refuses
+    mid-launch, with a traceback, or obeys to no purpose; read from the config alone, so the check
+    needs neither the plugin nor the scheduler or cluster behind it."""
+    def get(key: str):
+        return OmegaConf.select(cfg, f"hydra.launcher.{key}", default=None)
+
+    n_jobs = get("n_jobs")
+    if n_jobs == 0 or (isinstance(n_jobs, int) and abs(n_jobs) > MAX_THREADS):
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs {'nothing' if n_jobs == 0 else 'more workers than any machine has'}; "
+                          f"valid: 1 .. {MAX_THREADS} jobs at once, or -N (joblib's: all cores but N - 1; -1 is one "
+                          "job per core)")
+    for key, valid in (("timeout_min", "minutes > 0"), ("timeout", "seconds > 0, or null")):
+        timeout = get(key)
+        if isinstance(timeout, (int, float)) and not timeout > 0:
+            raise ConfigError(f"hydra.launcher.{key}={timeout}: a job would be stopped before it starts; valid: {valid}")
+    target = _target(cfg)
+    _check_counts(target, get)
+    if target.startswith(JOBLIB):
+        _check_joblib(get)
+
+
+def _check_counts(target: str, get) -> None:
+    checked = set()  # a key is checked by the first entry of its plugin (processes' nodes before submitit's)
+    for plugin, key, low, high, unit in COUNTS:
+        value = get(key)
+        if not target.startswith(plugin) or key in checked or value is None:
+            continue
+        checked.add(key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and low <= value <= high):
+            span = f"{low}" if low == high else f"{low:,} .. {high:,}"
+            raise ConfigError(f"hydra.launcher.{key}={shown(value)} {'is out of range' if number else 'is not a number'}; "
+                              f"valid: {span} {unit}")
+
+
+def _check_joblib(get) -> None:
+    for key, valid, why in JOBLIB_CHOICES:
+        value = "null" if get(key) is None else get(key)
+        if value not in valid:
+            raise ConfigError(f"unknown value {shown(value)} for hydra.launcher.{key}{choices(valid, value)}{why}")
+    batch = str(get("batch_size") or "auto")
+    if batch != "auto" and not (batch.isdigit() and int(batch) >= 1):  # joblib: "auto" or a positive int
+        raise ConfigError(f"unknown value {shown(batch)} for hydra.launcher.batch_size; valid: auto, or a whole number >= 1")
 
 
 def prepare(cfg) -> None:
