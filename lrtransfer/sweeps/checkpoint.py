@@ -7,6 +7,11 @@ be restored (truncated, foreign, another layout) is reported on screen, removed,
 and the job starts afresh; a checkpoint is a saving of time, never a reason for a
 job to fail. A save that fails (a full disk) is reported the same way and
 training goes on without it.
+
+Each checkpoint says what made it (`origin`): whether a `--rerun`, the complete record that
+training is to replace, and the versions it ran under. An ordinary run resumes any checkpoint
+of its runs; a `--rerun`, which recomputes a job, resumes only the one an interrupted
+`--rerun` of the same record saved under the same versions (`FileCheckpoint.only_own`).
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ NAME = "checkpoint.pt"
 class FileCheckpoint:
     """The engine's `Checkpointer` (see `engine.train`) for one job folder."""
 
-    def __init__(self, path: Path, interval_s: float) -> None:
+    def __init__(self, path: Path, interval_s: float, origin: dict | None = None, only_own: bool = False) -> None:
         self.path, self.interval_s = Path(path), interval_s
         self.last = time.monotonic()
         self.failures = 0
+        # what this training is (saved with each state), and whether it resumes only a state of its own origin
+        self.origin, self.only_own = origin, only_own
 
     @property
     def enabled(self) -> bool:
@@ -48,6 +55,9 @@ class FileCheckpoint:
         if not isinstance(state, dict):
             self.reject(f"not a training state (a {type(state).__name__})")
             return None
+        if self.only_own and state.get("origin") != self.origin:
+            self.reject(f"{_other_origin(state.get('origin'), self.origin)}, and --rerun recomputes the job")
+            return None
         log.info("resuming from %s", self.path)
         return state
 
@@ -65,6 +75,8 @@ class FileCheckpoint:
         if not self.enabled:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        if self.origin is not None:
+            state = {**state, "origin": self.origin}
         try:
             torch.save(state, tmp)
             os.replace(tmp, self.path)
@@ -98,6 +110,17 @@ def steps_done(path: Path, runs: list, steps: int) -> int | None:
         return engine.steps_done(state, steps)
     except Exception:  # truncated, foreign, another layout: the job starts afresh
         return None
+
+
+def _other_origin(saved, mine: dict) -> str:
+    """How a saved state's origin differs from this training's (a --rerun's, `FileCheckpoint.origin`)."""
+    if not isinstance(saved, dict) or saved.get("rerun") is not True:
+        return "saved by a run without --rerun"
+    if saved.get("replaces") != mine.get("replaces"):
+        return "saved by a --rerun of another record than the one there now"
+    theirs = saved.get("versions") if isinstance(saved.get("versions"), dict) else {}
+    differ = [f"{k} {theirs.get(k)}" for k, v in mine.get("versions", {}).items() if theirs.get(k) != v]
+    return f"saved under other versions ({', '.join(differ) or 'unknown'})"
 
 
 def _first_line(e: BaseException) -> str:

@@ -9,6 +9,7 @@ cut off before that leaves no record, so a re-run recomputes it.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import platform
@@ -170,6 +171,16 @@ def _rerun() -> bool:
     return bool(OmegaConf.select(HydraConfig.get(), "sweeper.rerun", default=False))
 
 
+def origin(folder: Path, rerun: bool) -> dict:
+    """What a checkpoint of the job about to train says of that training (`FileCheckpoint`): a
+    --rerun or not, the complete record it is to replace (its sha256; None: none there), and the
+    versions. A --rerun resumes only a checkpoint of the same origin: one its own interrupted
+    command saved, never one an earlier run left (made by other code, perhaps: the reason to rerun)."""
+    replaces = hashlib.sha256((folder / "record.json").read_bytes()).hexdigest() if is_complete(folder) else None
+    # plain str: torch's version is a str subclass, which a checkpoint's safe load refuses
+    return {"rerun": rerun, "replaces": replaces, "versions": {k: str(v) for k, v in versions().items()}}
+
+
 def _close_job_log(folder: Path) -> None:
     """Hydra points the root logger at each job's job.log and leaves it there: close this job's,
     so the launcher's next lines (and file handles) do not land in it."""
@@ -201,7 +212,9 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         device = built.device
         runs = runs_of(typed)
         log.info("job %s: %d runs on %s", base["job_id"], len(runs), device)
-        checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s)
+        rerun = _rerun()
+        checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s, origin(folder, rerun),
+                                    only_own=rerun)
         with progress.job_steps(job_title(typed), typed.train.steps * len(runs), folder) as advance:
             results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
         record = {
