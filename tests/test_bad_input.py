@@ -489,6 +489,18 @@ def test_an_out_path_that_cannot_be_written_is_one_line(cli, finished, tmp_path,
     assert code == 2 and len(lines) == 1 and "cannot write there" in lines[0], (out, err)
 
 
+@pytest.mark.parametrize("command, args", [("plot", ["{finished}"]), ("report", ["{finished}"]), ("export", ["{finished}"]),
+                                           ("coord-check", ["width=16,32", "--steps", "1"])])
+def test_an_empty_out_is_one_line(cli, finished, tmp_path, monkeypatch, command, args):
+    """--out '' was this folder: plot and coord-check wrote their figures into it without a word,
+    export and report said '--out .: cannot write there (Is a directory)'."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(command, *[a.format(finished=finished) for a in args], "--out", "")
+    assert code == 2 and err.strip() == "error: --out '' is empty: give a path (--out PATH), or leave --out out for " \
+                                        "the command's default (--help says it)", (out, err)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("command", ["export", "report"])
 @pytest.mark.parametrize("target", ["record.json", "multirun.yaml", "beside"])
 def test_an_out_path_onto_what_a_sweep_wrote_is_refused(cli, finished, command, target):

@@ -141,6 +141,17 @@ def summary(
         show.summary(doc)
 
 
+def _out_path(text: str) -> Path:
+    """--out as typed: Typer makes "" Path("."), this folder, where plot and coord-check then wrote
+    without a word (and export, report said the folder could not be written)."""
+    from lrtransfer.errors import UserError
+
+    if not text:
+        raise UserError("--out '' is empty: give a path (--out PATH), or leave --out out for the command's default "
+                        "(--help says it)")
+    return Path(text)
+
+
 def _writable(out: Path, folder: bool) -> Path:
     """`--out` checked before any record is read: the folder it writes into made if missing, and
     writable, or one line saying why not (exit 2)."""
@@ -181,7 +192,7 @@ SWEEP_FILES = ("record.json", "checkpoint.pt", "multirun.yaml", "adaptive.json",
 @app.command()
 def plot(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
-    out: Optional[Path] = typer.Option(None, help="Where figures go (default: DIRECTORY/figures)."),
+    out: Optional[Path] = typer.Option(None, parser=_out_path, help="Where figures go (default: DIRECTORY/figures)."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
     curves_lr: Optional[float] = typer.Option(
         None, "--curves-lr", help="log2 LR of the training-curve figure (default: the smallest scale's best)."
@@ -205,7 +216,7 @@ def plot(
 @app.command()
 def report(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
-    out: Optional[Path] = typer.Option(None, help="The HTML file (default: DIRECTORY/report.html)."),
+    out: Optional[Path] = typer.Option(None, parser=_out_path, help="The HTML file (default: DIRECTORY/report.html)."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
     curves_lr: Optional[float] = typer.Option(None, "--curves-lr", help="log2 LR of the training-curve figure."),
 ) -> None:
@@ -271,7 +282,7 @@ def export(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
     fmt: Optional[str] = typer.Option(
         None, "--format", help="csv | parquet (default: from --out's extension, else csv; parquet needs pyarrow)."),
-    out: Optional[Path] = typer.Option(None, help="The file (default: DIRECTORY/runs.csv or .parquet)."),
+    out: Optional[Path] = typer.Option(None, parser=_out_path, help="The file (default: DIRECTORY/runs.csv or .parquet)."),
 ) -> None:
     """Every run as one row (config columns + metrics): pandas.read_csv / read_parquet loads it."""
     from lrtransfer import analysis
@@ -329,7 +340,7 @@ def coord_check(
     steps: int = typer.Option(3, help="Training steps; panels show steps 0 (init) .. STEPS."),
     log2_lr: Optional[float] = typer.Option(None, "--log2-lr", help="log2 learning rate (default: the middle of the LR grid)."),
     seeds: int = typer.Option(2, help="Runs averaged at each width."),
-    out: Optional[Path] = typer.Option(None, help="Output folder (default: RESULTS_DIR/coord-check/NAME)."),
+    out: Optional[Path] = typer.Option(None, parser=_out_path, help="Output folder (default: RESULTS_DIR/coord-check/NAME)."),
 ) -> None:
     """Mean |activation| of every layer against width over a few steps: flat = width-stable parameterization."""
     from lrtransfer.diagnostics import coordcheck
