@@ -39,13 +39,28 @@ def test_the_sweep_bar_counts_work_written_by_other_processes(tmp_path):
         assert display.tasks[0].completed == 90 and display.tasks[0].total == 160
 
 
-@pytest.mark.parametrize("launcher", ["basic", "parallel"])
-def test_the_sweep_bar_ends_at_the_sweeps_run_steps_under_each_launcher(cli, tmp_path, launcher):
+def _swept(cli, tmp_path, launcher: str, progress: str) -> str:
+    """The stderr of a sweep of two tiny widths under LAUNCHER with engine.progress=PROGRESS."""
     if launcher == "parallel":
         pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
-    code, _, err = cli("sweep", *TINY, "engine.progress=true", "width=16,32", f"hydra/launcher={launcher}", *extra,
+    code, _, err = cli("sweep", *TINY, f"engine.progress={progress}", "width=16,32", f"hydra/launcher={launcher}", *extra,
                        f"results_dir={tmp_path}", "name=p")
     assert code == 0, err
+    assert len(list(tmp_path.rglob("record.json"))) == 2
+    return err
+
+
+@pytest.mark.parametrize("launcher", ["basic", "parallel"])
+def test_the_sweep_bar_ends_at_the_sweeps_run_steps_under_each_launcher(cli, tmp_path, launcher):
+    err = _swept(cli, tmp_path, launcher, "true")
     assert re.search(r"sweep \(2 jobs\).*120/120 run-steps", err)  # 2 jobs x 5 LRs x 12 steps
     assert not list(tmp_path.rglob(".progress"))  # removed once the records are written
+
+
+@pytest.mark.parametrize("launcher", ["basic", "parallel"])
+def test_no_job_writes_its_step_file_when_progress_is_off(cli, tmp_path, launcher):
+    """engine.progress=false: no display polls the step files (nothing else reads them), so no job
+    writes one; they were written and, with no display to remove them, left in every job's folder."""
+    _swept(cli, tmp_path, launcher, "false")
+    assert not list(tmp_path.rglob(".progress*"))

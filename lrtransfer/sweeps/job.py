@@ -215,7 +215,8 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         rerun = _rerun()
         checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s, origin(folder, rerun),
                                     only_own=rerun)
-        with progress.job_steps(job_title(typed), typed.train.steps * len(runs), folder) as advance:
+        steps_file = folder if typed.engine.progress else None  # read by the sweep's display alone
+        with progress.job_steps(job_title(typed), typed.train.steps * len(runs), steps_file) as advance:
             results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
         record = {
             **base,

@@ -5,7 +5,8 @@ Each job writes how many of its run-steps are done to `<job folder>/.progress`
 or submitit worker, a Ray actor, a SLURM node sharing the results folder. The
 sweep's display polls those files and the jobs' records, so its bar counts work,
 not jobs, and its ETA follows the work left. A job in this process (Hydra's basic
-launcher) also shows its own bar.
+launcher) also shows its own bar. Nothing else reads the files: with engine.progress=false
+no job writes one (`job.py`).
 """
 
 from __future__ import annotations
