@@ -190,6 +190,38 @@ def test_bad_predict_input_is_one_line_and_exit_2(tmp_path, cli, args, fragment)
     assert fragment in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_scale_further_past_the_measured_ones_than_they_span_is_refused(tmp_path, cli):
+    """Widths 64..512 span 3 doublings, so a prediction reaches 3 doublings past either end: 8 .. 4096.
+    --width 1e29 gave an optimal LR of 2^-96 with an interval of its own."""
+    study(tmp_path, slope=-1.0, seeds=2)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path), n_resamples=100)
+    assert prediction.predict(g, 4096).log2_lr == pytest.approx(-12.0, abs=0.05)
+    assert prediction.predict(g, 8).log2_lr == pytest.approx(-3.0, abs=0.05)
+    for at in (4097, 7.9):
+        with pytest.raises(UserError, match=r"valid: 8 \.\. 4096"):
+            prediction.predict(g, at)
+    code, _, err = cli("predict", str(tmp_path), "--width", "1e29")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (": --width 1e+29 is 87.3 doublings past the measured width range 64 .. 512, further than it spans "
+            "(3 doublings); valid: 8 .. 4096 (measure a larger width to reach further)") in err, err
+    code, _, err = cli("predict", str(tmp_path), "--width", "1")
+    assert code == 2 and "--width 1 is 6 doublings past the measured width range 64 .. 512" in err, err
+    assert "measure a smaller width to reach further" in err
+    for value in ("inf", "nan"):
+        code, _, err = cli("predict", str(tmp_path), "--width", value)
+        assert code == 2 and err.strip() == f"error: --width must be a finite positive number, got {value}", err
+
+
+def test_groups_out_of_reach_are_skipped_and_none_left_says_why(tmp_path, cli):
+    study(tmp_path / "narrow", slope=-1.0, seeds=2, widths=[64, 128, 256], name="narrow")  # reaches 16 .. 1024
+    study(tmp_path / "wide", slope=-1.0, seeds=2, name="wide")  # widths 64..512: reaches 8 .. 4096
+    code, out, err = cli("predict", str(tmp_path), "--width", "2048")
+    assert code == 0 and "2048 is 3 doublings past the measured width range 64 .. 256" in err, err
+    code, _, err = cli("predict", str(tmp_path), "--width", "8192")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no group under" in err and "can be predicted at --width 8192" in err and "valid: 16 .. 1024" in err, err
+
+
 def test_predict_on_an_undetermined_group_is_refused(tmp_path, cli):
     for w, opt in ((64, -8), (128, -12)):  # the second optimum on the grid's lowest LR: not located
         fake_record(tmp_path, width=w, optimum=opt)

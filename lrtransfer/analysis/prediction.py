@@ -90,10 +90,28 @@ BEYOND_RANGE = f"beyond the sane range of a scale, {SCALE_RANGE[0]:g} to {SCALE_
 
 
 def check_scale(at: float, name: str = "the scale") -> None:
-    if not at > 0 or not math.isfinite(at):
+    """What any scale must be, asked before a record is read; how far a group's own scales reach is
+    `check_reach`'s."""
+    if not math.isfinite(at):
+        raise UserError(f"{name} must be a finite positive number, got {at:g}")
+    if not at > 0:
         raise UserError(f"{name} must be a positive number, got {at:g}")
     if not SCALE_RANGE[0] <= at <= SCALE_RANGE[1]:
         raise UserError(f"{name} {at:g} is {BEYOND_RANGE}")
+
+
+def check_reach(g: Group, at: float, name: str = "the scale") -> None:
+    """Refuse a scale further past the group's measured scales, in doublings, than they span
+    (docs/prediction.md, "How far it reaches"): past that the answer is more the model's shape,
+    which the study could test only within its range, than the study's measurements."""
+    lo, hi = float(g.fit.x.min()), float(g.fit.x.max())  # log2 of the scales the model was fitted to
+    span, x0 = hi - lo, math.log2(at)
+    past = max(lo - x0, x0 - hi)
+    if past > span + 1e-9:
+        raise UserError(f"group {g.label}: {name} {at:g} is {past:.3g} doublings past the measured {g.axis} range "
+                        f"{2**lo:g} .. {2**hi:g}, further than it spans ({span:.3g} doublings); valid: "
+                        f"{2**(lo - span):g} .. {2**(hi + span):g} (measure a {'larger' if x0 > hi else 'smaller'} "
+                        f"{g.axis} to reach further)")
 
 
 def predict_groups(groups: list[Group], at: float, axis: str | None = None, *, name: str = "the scale",
@@ -107,25 +125,28 @@ def predict_groups(groups: list[Group], at: float, axis: str | None = None, *, n
     if not chosen:
         raise UserError(f"no group under {where} has the axis {axis}; its axes: {', '.join(axes)} "
                         f"(--width N, --depth N, or --at N --axis KEY for any)")
-    preds, skipped = [], []
+    preds, refused = [], []
     for g in chosen:
         try:
-            preds.append(predict(g, at))
+            preds.append(predict(g, at, name=name))
         except UserError as e:
             if len(chosen) == 1:
                 raise
-            skipped.append(f"skipped {e}")
+            refused.append(str(e))
     if not preds:
-        raise UserError(f"every group under {where} has the verdict undetermined; nothing to predict from")
-    return preds, skipped
+        more = f" (and {len(refused) - 1} more group(s))" if len(refused) > 1 else ""
+        raise UserError(f"no group under {where} can be predicted at {name} {at:g}: {refused[0]}{more}")
+    return preds, [f"skipped {r}" for r in refused]
 
 
-def predict(g: Group, at: float, *, rng: np.random.Generator | None = None) -> Prediction:
-    """The optimum and the transfer penalty of group `g` at scale `at` (raises UserError if `g` has no fit)."""
-    check_scale(at)
+def predict(g: Group, at: float, *, rng: np.random.Generator | None = None, name: str = "the scale") -> Prediction:
+    """The optimum and the transfer penalty of group `g` at scale `at` (raises UserError, naming the
+    scale `name`, if `g` has no fit or `at` is out of its reach)."""
+    check_scale(at, name)
     if g.verdict == "undetermined" or g.fit is None or g.fit.ci is None:
         why = g.warnings[0] if g.warnings else "no drift interval"
         raise UserError(f"group {g.label}: its verdict is undetermined ({why}); nothing to predict from")
+    check_reach(g, at, name)
     rng = rng or np.random.default_rng(0)
     x0 = math.log2(at)
     degree = degree_for(len(g.fit.x))
