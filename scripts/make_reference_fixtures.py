@@ -12,6 +12,10 @@ the two packages with --no-deps (`pip install mup` would pull torchvision, which
 replaces a CPU torch with a CUDA build) and their pure-Python needs (pyyaml, numpy),
 checks torch's version, and runs itself inside it.
 
+The models: lrtransfer's MLP (readout zeroed or not), CNN and transformer, nanoGPT's GPT with its
+table tied to a MuSharedReadout, and tests/loose_net.py's model, whose trained tensors outside any
+layer (a matrix, a vector, a fixed one) mup rules on by how many of their dimensions grow.
+
 mup.json, per model and width (64, 256, 1024, or the model's own; base width 64), per parameter in
 forward order: its init std (seed 0: the model is built right after
 torch.manual_seed(0), so its draws are PyTorch's, in the order lrtransfer draws
@@ -76,6 +80,9 @@ def mup_models():
     from mup import MuReadout, MuSharedReadout
     from torch import nn
 
+    sys.path.insert(0, str(OUT.parent.parent))
+    from tests.loose_net import LooseNet
+
     def mlp(readout_zero_init):
         def build(w):
             return nn.Sequential(nn.Linear(32, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(),
@@ -119,6 +126,13 @@ def mup_models():
                 h=nn.ModuleList([Block(w) for _ in range(layers)]), ln_f=nn.LayerNorm(w)))
             self.lm_head = MuSharedReadout(self.transformer.wte.weight, bias=False)
 
+    class Loose(LooseNet):
+        """tests/loose_net.py's model, its readout a MuReadout: trained tensors outside any layer."""
+
+        def __init__(self, w):
+            super().__init__(w, (32,), 10)
+            self.head = MuReadout(w, 10, readout_zero_init=True)
+
     # PyTorch's init drawn by lrtransfer (as the GPT below is), the table rescaled as MuSharedReadout
     # rescales it, the queries left as mup's example leaves c_attn
     nanogpt = ["model=custom", "model.target={nanogpt}:GPT", "model.config={nanogpt}:GPTConfig",
@@ -131,6 +145,9 @@ def mup_models():
         "transformer": (transformer, ["model=transformer", "depth=1"], [16], 40),
         # "{nanogpt}": the test writes its nanoGPT file and puts its path there
         "nanogpt_tied": (GPT, nanogpt, [16], 40, (64, 256)),
+        # "{tests}": the folder of tests/loose_net.py
+        "loose_tensors": (Loose, ["model=custom", "model.target={tests}/loose_net.py:LooseNet", "model.init=torch",
+                                  "data=teacher"], [32], 10),
     }
 
 

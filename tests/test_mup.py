@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
@@ -153,3 +155,27 @@ def test_the_rule_revision_changes_mup_ids_only():
     assert job_id(compose("param=mup")) != old_id
     sp = semantic(compose())
     assert job_id(compose()) == hashlib.sha1(json.dumps(sp, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def test_a_models_own_init_is_rescaled_as_mups_rule_rescales_pytorchs():
+    """model.init=own: a user's nn.Linear layers start from their own draws, each times its layer's
+    factor: the weight's RMS at the base width over its RMS here (sqrt(fan-in multiplier) for PyTorch's
+    1/sqrt(fan_in) init) times muP's variance rule. So with nn.Linear's own init a bias ends as mup's
+    set_base_shapes puts it (x1 on the input layer, x sqrt(m) after), the hidden weight keeps its
+    draw and the readout's is x sqrt(m), as `init_weight` has them for PyTorch's draws."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+    users_build = runpy.run_path(str(example))["build"]
+    width, base = 256, 64
+    m = width / base
+    _, atoms = built("model=custom", f"model.target={example}:build", f"width={width}", "param=mup",
+                     f"param.base_width={base}", "param.readout_zero_init=false")
+    torch.manual_seed(0)
+    own = [layer for layer in users_build(width, 3, (32,), 10) if isinstance(layer, torch.nn.Linear)]
+    # role -> (weight factor, bias factor) over the module's own draw
+    want = {"input": (1.0, 1.0), "hidden": (1.0, math.sqrt(m)), "output": (math.sqrt(m), math.sqrt(m))}
+    for (role, atom), layer in zip(atoms.items(), own, strict=True):
+        for name, factor in zip(("weight", "bias"), want[role]):
+            ours, theirs = getattr(atom, name)[0].flatten().double(), getattr(layer, name).detach().flatten().double()
+            c = float(ours.norm() / theirs.norm())
+            torch.testing.assert_close(ours, c * theirs)  # the module's own draw, times one factor
+            assert c == pytest.approx(factor, rel=0.1), (role, name)  # RMS ratios of draws: within 10%

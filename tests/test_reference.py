@@ -19,7 +19,8 @@ from lrtransfer.training.build import optimizer as build_optimizer
 from lrtransfer.training.build import parameterization as build_param
 from tests.conftest import typed
 
-REFERENCE = Path(__file__).parent / "reference"
+TESTS = Path(__file__).resolve().parent
+REFERENCE = TESTS / "reference"
 MUP = json.loads((REFERENCE / "mup.json").read_text())
 MODULA = json.loads((REFERENCE / "modula.json").read_text())
 DATA = {"model=cnn": "data=cifar10", "model=transformer": "data=text",
@@ -36,8 +37,8 @@ def nanogpt() -> str:
 
 
 def mup_cfg(model: dict, width: str, optim: str, nanogpt: str):
-    overrides = [o.replace("{nanogpt}", nanogpt) for o in model["overrides"]]
-    data = [DATA[o] for o in overrides if o in DATA]
+    overrides = [o.replace("{nanogpt}", nanogpt).replace("{tests}", str(TESTS)) for o in model["overrides"]]
+    data = [] if any(o.startswith("data=") for o in overrides) else [DATA[o] for o in overrides if o in DATA]
     cfg = typed(*CPU, *overrides, *data, "param=mup", f"width={width}",  # mup's MuAdam keeps one epsilon
                 f"param.base_width={MUP['base_width']}", f"optim={optim}", "param.eps_by_width=false")
     assert optim == "adam" or cfg.optim.momentum == MUP["sgd_momentum"]
