@@ -179,3 +179,17 @@ def test_a_models_own_init_is_rescaled_as_mups_rule_rescales_pytorchs():
             c = float(ours.norm() / theirs.norm())
             torch.testing.assert_close(ours, c * theirs)  # the module's own draw, times one factor
             assert c == pytest.approx(factor, rel=0.1), (role, name)  # RMS ratios of draws: within 10%
+
+
+def test_under_muon_the_hidden_matrix_keeps_its_lr_and_the_rest_follow_adams_rule():
+    """Muon's orthogonalised hidden update has spectral norm ~1 at every width, what muP asks of a
+    hidden matrix: LR x 1 there (Adam's would be 1/m); every tensor Muon hands to its AdamW part
+    (input, readout, biases) takes the Adam column of the table."""
+    width, base = 512, 128
+    m = width / base
+    over = ["param=mup", f"width={width}", f"param.base_width={base}", "param.readout_zero_init=false"]
+    muon, atoms = built(*over, "optim=muon")
+    for role, atom in atoms.items():
+        _, _, (w, b), _ = table(role, m, atom.fan_in)
+        assert muon.lr_multiplier(atom, "weight") == pytest.approx(1.0 if role == "hidden" else w), role
+        assert muon.lr_multiplier(atom, "bias") == pytest.approx(b), role
