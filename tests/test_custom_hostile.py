@@ -1,14 +1,18 @@
 """model=custom given modules that break the wrapper's assumptions: frozen parameters, parameters the
-forward never uses, logits that cannot train, a module that exits. Each either trains as the module
+forward never uses or uses at some steps only, logits that cannot train, a module that exits. Each either trains as the module
 says, or is refused in one line before any training."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import pytest
 import torch
 
 from lrtransfer.errors import ConfigError
-from lrtransfer.training import build, engine, memory
+from lrtransfer.sweeps.checkpoint import FileCheckpoint
+from lrtransfer.training import build, engine, memory, stop
+from lrtransfer.training.engine import Run, data_seed
 from tests.conftest import typed
 from tests.test_custom import RUNS, SMALL, same, train
 
@@ -48,6 +52,29 @@ class Unused(Net):
     """A layer the forward never calls (b), as real models often hold."""
     def forward(self, x):
         return self.c(torch.relu(self.a(x)))
+
+class OddSteps(Net):
+    """b at every second forward (not the first): a branch taken by the step, which vmap runs."""
+    calls, parity = 0, 0
+    def forward(self, x):
+        self.calls += 1
+        h = torch.relu(self.a(x))
+        if self.calls % 2 == self.parity:
+            h = torch.relu(self.b(h))
+        return self.c(h)
+
+class EvenSteps(OddSteps):
+    """b at the first forward, then at every second one: skipped after it was used."""
+    parity = 1
+
+class ByBatch(Net):
+    """b where the batch's first input is positive: a branch the data takes (vmap cannot: one run at
+    a time), so runs of different seeds take it at different steps."""
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if bool(x[0, 0] > 0):
+            h = torch.relu(self.b(h))
+        return self.c(h)
 
 class IntLogits(Net):
     def forward(self, x):
@@ -141,12 +168,142 @@ def test_a_parameter_the_forward_never_uses_trains_with_a_zero_gradient(hostile,
     assert torch.equal(user_tensor(ens, "b.weight"), spare)
     assert not torch.equal(user_tensor(ens, "a.weight"), used)
     assert bool(torch.isfinite(ens.history[:, :3]).all())
-    assert "its forward does not use b.weight, b.bias: a zero gradient and no weight decay" in capsys.readouterr().err
+    assert ("its forward does not use b.weight, b.bias at its first step: a step that does not use a parameter skips "
+            "it, as torch's optimizers skip one without a gradient (no update, no weight decay)") in capsys.readouterr().err
 
 
 def test_unused_parameters_train_alike_batched_and_one_run_at_a_time(hostile):
     over = [*hostile("Unused"), "n_seeds=2"]
     same(train(*over), train(*over, "engine.batched=false"), rel=1e-9)
+
+
+# ---------------------------------------------------------------- a parameter used at some steps only
+OPTIMIZERS = {"adam": ["optim=adam"], "adamw": ["optim=adam", "optim.weight_decay=0.1", "optim.decay_scaling=lr"],
+              "sgd": ["optim=sgd"], "nesterov": ["optim=sgd", "optim.nesterov=true"]}
+STEPS = 12
+
+
+def plain_loop(hostile, name: str, ens, k: int, start: dict) -> tuple[list[float], dict, list[bool]]:
+    """The reference: run k of `ens` alone, as a plain PyTorch loop trains it: the module (a fresh
+    one, holding run k's tensors of `start`) on run k's batches, `zero_grad(set_to_none=True)`,
+    `backward()`, and torch.optim's Adam, AdamW or SGD `step()`, which skip a parameter without a
+    gradient. Its losses, its tensors at the end, and at which steps it used b.weight."""
+    path = hostile(name)[1].split("=", 1)[1].rsplit(":", 1)[0]
+    spec = importlib.util.spec_from_file_location("hostile_ref", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    net = getattr(module, name)(24, (32,), 10).double()
+    with torch.no_grad():
+        for n, p in net.named_parameters():
+            p.copy_(start[n][k])
+    o, lr = ens.optim, 2.0 ** ens.runs[k].log2_lr
+    if o.name == "sgd":
+        opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=o.momentum, nesterov=o.nesterov)
+    else:
+        kind, decay = (torch.optim.AdamW, {"weight_decay": o.weight_decay}) if o.weight_decay else (torch.optim.Adam, {})
+        opt = kind(net.parameters(), lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, **decay)
+    gen = torch.Generator().manual_seed(data_seed(ens.runs[k].seed))
+    losses, used = [], []
+    for _ in range(STEPS):
+        x, y = ens.task.sample(gen, 8)
+        loss = ens.task.losses(net(x).unsqueeze(0), y)[0]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        used.append(net.b.weight.grad is not None)
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach() for n, p in net.named_parameters()}, used
+
+
+def trained_as_plain_loops(hostile, name: str, over: list[str], runs: list[Run]) -> list[list[bool]]:
+    """Each run of one ensemble against its own plain loop (float64): losses and tensors equal to
+    1e-12; which steps each run used b.weight."""
+    ens = ensemble(*hostile(name), *over, "train.dtype=float64", f"train.steps={STEPS}", runs=runs)
+    ens.model.net.calls = 0  # the branch counts the training forwards only
+    start = {n: user_tensor(ens, n).clone() for n in ("a.weight", "a.bias", "b.weight", "b.bias", "c.weight", "c.bias")}
+    for _ in range(STEPS):
+        ens.step()
+    pattern = []
+    for k in range(len(runs)):
+        losses, tensors, used = plain_loop(hostile, name, ens, k, start)
+        assert ens.history[k].tolist() == pytest.approx(losses, rel=1e-12, abs=0)
+        for n, t in tensors.items():
+            torch.testing.assert_close(user_tensor(ens, n)[k], t, rtol=1e-12, atol=1e-13)
+        pattern.append(used)
+    return pattern
+
+
+@pytest.mark.parametrize("optim", OPTIMIZERS)
+@pytest.mark.parametrize("name", ["OddSteps", "EvenSteps", "ByBatch"])
+def test_a_parameter_used_at_some_steps_trains_as_a_plain_torch_loop(hostile, name, optim):
+    """A step whose forward does not use b skips b, as torch's optimizers skip a parameter without a
+    gradient: no update, no weight decay, its moments or momentum kept, and Adam's bias correction
+    at b's own step count. Unhandled, the engine moved b by its decaying moments at the steps it
+    skipped, or stopped with torch's 'appears to not have been used in the graph'."""
+    (used,) = trained_as_plain_loops(hostile, name, OPTIMIZERS[optim], [Run(log2_lr=-5, seed=0)])
+    assert any(used) and not all(used)
+
+
+def test_runs_that_use_a_parameter_at_different_steps_each_train_as_their_own_plain_loop(hostile):
+    """One run at a time (the branch reads the data), two seeds' batches: each run skips b at its own
+    steps; three LRs under vmap, where every run takes the branch at the same steps."""
+    seeds = trained_as_plain_loops(hostile, "ByBatch", OPTIMIZERS["adamw"],
+                                   [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1), Run(log2_lr=-5, seed=0)])
+    assert seeds[0] != seeds[1] and seeds[0] == seeds[2]
+    trained_as_plain_loops(hostile, "OddSteps", OPTIMIZERS["sgd"], [Run(log2_lr=e, seed=0) for e in (-7, -5, -4)])
+
+
+@pytest.mark.parametrize("name", ["OddSteps", "ByBatch"])
+def test_a_parameter_used_at_some_steps_trains_alike_batched_and_one_run_at_a_time_under_mup(hostile, name):
+    """muP's per-tensor LRs, epsilons and decays (no plain loop has them) on the steps that use b."""
+    over = [*hostile(name), "n_seeds=2", "param=mup", "param.base_width=8", "optim.weight_decay=0.01",
+            "optim.decay_scaling=lr"]
+    same(train(*over), train(*over, "engine.batched=false"), rel=1e-9)
+
+
+@pytest.mark.parametrize("over, says", [
+    (["optim=muon"], "which optim=muon cannot skip for a step as torch's optimizers skip a parameter without a "
+                     "gradient; use optim=adam or sgd, or a forward that uses it at every step (or never)"),
+    (["param=spectral"], "which param=spectral cannot skip for a step as torch's optimizers skip a parameter without "
+                         "a gradient; use param=standard, mup, equalized or completep"),
+])
+@pytest.mark.parametrize("name, when", [("OddSteps", "used at step 2, skipped before"),
+                                        ("EvenSteps", "skipped at step 2, used before")])
+def test_what_cannot_skip_a_parameter_for_a_step_refuses_it_in_one_line(hostile, over, says, name, when):
+    """Muon, the spectral condition: no step that would train b otherwise than a plain loop; a
+    parameter the forward never uses still trains under them (above)."""
+    ens = ensemble(*hostile(name), *over)
+    with pytest.raises(ConfigError) as e:
+        for _ in range(2):
+            ens.step()
+    assert str(e.value).startswith(f"model.target={hostile(name)[1].split('=', 1)[1]} uses b.weight at some steps and "
+                                   f"not at others ({when}), {says}")
+    assert "\n" not in str(e.value)
+
+
+def test_a_job_whose_runs_skip_at_different_steps_resumes_exactly(hostile, tmp_path, monkeypatch):
+    """The steps each run used each tensor go into the checkpoint: a resumed job's runs end as an
+    uninterrupted job's, bit for bit; a saved count past the steps done is refused as damage."""
+    cfg = typed(*SMALL, *hostile("ByBatch"), "train.steps=40")
+    runs = [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1)]
+    reference = [vars(r) for r in engine.train(build.job(cfg), runs)]
+    ckpt = FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9)
+
+    def stop_midway(n):
+        if n and ckpt.path.exists():
+            stop.request()
+
+    monkeypatch.setattr(stop, "_requested", False)
+    with pytest.raises(engine.Interrupted):
+        engine.train(build.job(cfg), runs, progress=stop_midway, checkpoint=ckpt)
+    monkeypatch.setattr(stop, "_requested", False)
+    state = torch.load(ckpt.path, weights_only=True)
+    assert 0 < state["ensemble"]["step_index"] < 40 and state["ensemble"]["uses"] is not None
+    assert [vars(r) for r in engine.train(build.job(cfg), runs, checkpoint=ckpt)] == reference
+
+    state["ensemble"]["uses"] = state["ensemble"]["uses"] + 1000
+    with pytest.raises(engine.DamagedState, match="uses"):
+        engine.Ensemble(build.job(cfg), runs).load_state_dict(state["ensemble"])
 
 
 @pytest.mark.parametrize("name, says", [

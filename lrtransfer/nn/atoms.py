@@ -113,9 +113,6 @@ class Atom(Module):
     in_branch: bool = False
     branch_output: bool = False
     branch_mult: float = 1.0
-    # Tensors the forward never uses (a user's module that skips a layer): their gradient is zero and,
-    # as torch's optimizers skip a tensor without one, they do not decay either (`decay_mults`).
-    unused: frozenset[str] = frozenset()
     # The trained tensors an atom may hold. "weight" is a matrix in the parameterization's
     # sense (fan_in x fan_out, possibly stored in another shape: `from_matrix`), "bias" a
     # vector added to the output; other names are the atom's own (a layer norm's "gain").

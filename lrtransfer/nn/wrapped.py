@@ -8,8 +8,11 @@ so no user code changes; a tensor that goes by several names (an embedding tied 
 the readout) is handed over once per name, each with its own use's multiplier, so the
 readout's 1/m does not reach the embedding. Buffers are stacked along K too, and so is a
 parameter the module froze (requires_grad=False): never trained, under no parameterization's
-rule. A trained tensor the forward never uses gets a zero gradient. A module vmap cannot run
-falls back to a loop over the runs, said in one line naming the operation that stopped it.
+rule. A trained tensor the forward does not use at a step has no gradient there, and the engine
+skips it that step as torch's optimizers skip such a parameter (`training/skips.py`); where the
+runs go one at a time, each its own graph, the model says which runs did not use it (`skipping`).
+A module vmap cannot run falls back to a loop over the runs, said in one line naming the
+operation that stopped it.
 
 The logits are read from what the module returns (`logits_of`): a tensor, an output
 object's or dict's `logits`, a tuple's first element, or what `model.output` names.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Callable, Sequence
@@ -175,7 +179,8 @@ class Custom(Module):
         self.net = net
         self.batched = True  # vmap over the runs; False once vmap could not run the module
         self.attention = _attention_like(net)
-        self.unused: list[tuple[str, str]] | None = None  # (atom, tensor) the forward never reaches: `_reach`
+        self.unused: list[str] | None = None  # the trained tensors the first training forward did not use: `_said`
+        self.reached: set[tuple[str, int]] | None = None  # (name, run) the last backward reached, runs one at a time
 
     @property
     def frozen_source(self) -> str:
@@ -257,10 +262,36 @@ class Custom(Module):
                               "with model.output=NAME (an attribute or key) or model.output=INDEX")
         return found
 
-    def _loop(self, params: dict, buffers: dict, x: Tensor, shared: bool) -> Tensor:
-        ys = [self._call({n: p[k] for n, p in params.items()}, {n: b[k] for n, b in buffers.items()},
-                         x if shared else x[k]) for k in range(self.runs)]
+    def _loop(self, params: dict, buffers: dict, x: Tensor, shared: bool, watch: bool = False) -> Tensor:
+        """Each run in turn; watch: mark which tensors each run's graph reaches (`skipping`)."""
+        self.reached = set() if watch else None
+        ys = []
+        for k in range(self.runs):
+            mine = {n: p[k] for n, p in params.items()}
+            if watch:
+                for n, t in mine.items():
+                    t.register_hook(functools.partial(self._reached_by, n, k))
+            ys.append(self._call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k]))
         return ys[0].unsqueeze(0) if self.runs == 1 else torch.stack(ys)
+
+    def _reached_by(self, name: str, k: int, grad: Tensor) -> None:
+        self.reached.add((name, k))
+
+    def skipping(self) -> dict[tuple[int, str], Tensor]:
+        """After a backward: {(id(atom), tensor name): (K,) bool, True for each run whose forward did
+        not use that trained tensor} for each tensor some run did not use, where the runs went one at
+        a time (each its own graph); {} under vmap, whose runs are one graph (a tensor it did not use
+        has no gradient at all, which the engine sees)."""
+        if self.reached is None:
+            return {}
+        out = {}
+        for atom in self.layers.values():
+            for name, _ in atom.trained():
+                aliases = self.aliases[atom.user_names[name]]
+                missed = torch.tensor([all((a, k) not in self.reached for a in aliases) for k in range(self.runs)])
+                if missed.any():
+                    out[(id(atom), name)] = missed
+        return out
 
     def _vmap(self, params: dict, buffers: dict, x: Tensor, shared: bool) -> Tensor:
         with plain_attention(x.device):
@@ -273,15 +304,17 @@ class Custom(Module):
             with torch.enable_grad():  # with the graph recorded (meta tensors have one): logits none reaches are seen
                 return self._on_meta(*self._tensors(), x, shared)
         params, buffers = self._tensors()
+        watch = self.runs > 1 and torch.is_grad_enabled()
+        self.reached = None
         if self.runs == 1 or not self.batched:
-            y = self._loop(params, buffers, x, shared)
+            y = self._loop(params, buffers, x, shared, watch)
         else:
             try:
                 y = self._vmap(params, buffers, x, shared)
             except ConfigError:
                 raise
             except Exception as e:
-                y = self._loop(params, buffers, x, shared)  # raises if the module cannot run at all
+                y = self._loop(params, buffers, x, shared, watch)  # raises if the module cannot run at all
                 self.batched = False
                 warn(f"model.target={self.target}: vmap cannot run it (it stops at {stopped_at(e)}); "
                      f"its {self.runs} runs go one at a time")
@@ -289,7 +322,9 @@ class Custom(Module):
             self.told = True
             warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
         self._check(y, x, shared)
-        return self._reach(y) if torch.is_grad_enabled() else y
+        if torch.is_grad_enabled():
+            self._said(y)
+        return y
 
     def _trains(self) -> bool:
         return any(t.requires_grad for atom in self.layers.values() for _, t in atom.trained())
@@ -300,29 +335,22 @@ class Custom(Module):
                               "detached, or computed under torch.no_grad()), so training could not move them; "
                               "return logits computed from its parameters")
 
-    def _reach(self, y: Tensor) -> Tensor:
-        """The logits, with every trained tensor the forward never used (a layer it skips) attached
-        with a zero gradient: the engine takes the gradient of each, and such a tensor is not moved
-        by it. Which ones: read once, from the first forward's graph."""
+    def _said(self, y: Tensor) -> None:
+        """At the first forward that trains: what the module holds that is not trained (frozen), and
+        the trained tensors its forward did not use (read from its graph), said once."""
         self._detached(y)
-        if not y.requires_grad:
-            return y
-        if self.unused is None:  # the first step: what the module holds that is not trained, said
-            if self.frozen:
-                warn(f"model.target={self.target}: requires_grad=False on {counted(self.frozen, 3)}: never trained; "
-                     f"every run holds the module's own values, {self.frozen_source}")
-            reached = _leaves(y)
-            self.unused = [(key, name) for key, atom in self.layers.items() for name, t in atom.trained()
-                           if t.requires_grad and id(t) not in reached]
-            for key, name in self.unused:
-                self.layers[key].unused = self.layers[key].unused | {name}
-            if self.unused:
-                names = [self.layers[k].user_names[n] for k, n in self.unused]
-                warn(f"model.target={self.target}: its forward does not use {counted(names, 3)}: "
-                     "a zero gradient and no weight decay, so they stay as they start")
-        if not self.unused:
-            return y
-        return _Reach.apply(y, *(getattr(self.layers[k], n) for k, n in self.unused))
+        if self.unused is not None or not y.requires_grad:
+            return
+        if self.frozen:
+            warn(f"model.target={self.target}: requires_grad=False on {counted(self.frozen, 3)}: never trained; "
+                 f"every run holds the module's own values, {self.frozen_source}")
+        reached = _leaves(y)
+        self.unused = [atom.user_names[name] for atom in self.layers.values() for name, t in atom.trained()
+                       if t.requires_grad and id(t) not in reached]
+        if self.unused:
+            warn(f"model.target={self.target}: its forward does not use {counted(self.unused, 3)} at its first step: "
+                 "a step that does not use a parameter skips it, as torch's optimizers skip one without a gradient "
+                 "(no update, no weight decay), so one it never uses stays as it starts")
 
     def _expected(self, x: Tensor, shared: bool) -> tuple[int, ...]:
         example = x.shape[1:] if shared else x.shape[2:]
@@ -456,19 +484,6 @@ def _leaves(y: Tensor) -> set[int]:
             found.add(id(variable))
         todo.extend(fn for fn, _ in node.next_functions)
     return found
-
-
-class _Reach(torch.autograd.Function):
-    """y, attached to tensors its graph does not reach: their gradient is zero."""
-
-    @staticmethod
-    def forward(ctx, y: Tensor, *tensors: Tensor) -> Tensor:
-        ctx.like = [(t.shape, t.dtype, t.device) for t in tensors]
-        return y.view_as(y)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return (grad, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.like))
 
 
 def _holds_loss(out) -> bool:

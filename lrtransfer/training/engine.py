@@ -12,6 +12,10 @@ parameterization's update is the LR times the optimizer's direction (`Optimizer.
 bfloat16 copies of the matrices (`precision.matmul_copies`), the gradients are theirs, and
 the float32 masters are what the optimizer updates and the checkpoints save.
 
+A tensor the forward did not use at a step (a user's module that skips a layer, or takes a
+branch on some steps only) is skipped for that step, run by run, as torch's optimizers skip a
+parameter without a gradient (`skips.py`).
+
 A run whose loss turns NaN/inf (or exceeds `train.diverge_factor` x its initial
 loss) is recorded as diverged at that step and frozen: its learning rate drops to
 zero and its weights and optimizer state are reset to finite values, so nothing
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor
 
-from lrtransfer.training import stop
+from lrtransfer.training import skips, stop
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.training.allocator import keep_freed_memory
 from lrtransfer.training.graphs import GraphedStep, use_graphs
@@ -199,6 +203,11 @@ class Ensemble:
         self.copies = matmul_copies(self.slots, self.train.dtype.value)
         self.operands = [t if c is None else c for t, c in zip(self.tensors, self.copies)]
         self.opt = built.new_optimizer(self.slots, self.values)
+        # A model whose forward may leave a trained tensor unused at a step (a user's module) says which
+        # runs did (`skipping`); the steps each run used each tensor, None while all used all (`skips`)
+        self.skipping = getattr(self.model, "skipping", None) is not None
+        self.uses: Tensor | None = None
+        self.every_run = torch.ones(self.K, dtype=torch.bool)
         self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
         # Where the update is rate x direction, the optimizer's own pass does it all, run by run,
         # with each run's rate and decay read on the host (`_fused_update`)
@@ -247,6 +256,8 @@ class Ensemble:
         train, t = self.train, self.step_index
         x, y = _batch(self.task, self.gens, self.seed_index, train.batch_size)
         factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
+        if self.graphed is not None and self.uses is not None:  # a step that skips a tensor is not replayed (`skips`)
+            self.graphed = None
         if self.graphed is not None:  # what the graph reads, written on the device; then the step
             self.factor.fill_(factor)
             self.opt.advance()
@@ -265,25 +276,36 @@ class Ensemble:
             with autocast(kind, self.device, cache=self.graphed is None):
                 logits = self.model(x)  # (K, B, C), or (K, B, T, V) for tokens
                 losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
-            grads = torch.autograd.grad(losses.sum(), self.operands)
+            grads = torch.autograd.grad(losses.sum(), self.operands, allow_unused=self.skipping)
         with torch.no_grad():
-            if self.fused:
-                self._fused_update(grads, factor)
+            skipped = skips.skipped(self, grads) if self.skipping else None
+            if skipped is None and self.uses is None:
+                self._update(grads, factor, advance)
             else:
-                grads = [g.to(w.dtype) for g, w in zip(grads, self.tensors)]
-                directions = self.opt.directions(grads) if advance else self.opt.directions(grads, advance=False)
-                updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
-                apply_updates(self.slots, updates, self.param.decays(self.slots, self.lr_alive, factor, self.optim))
-                refresh(self.copies, self.tensors)
+                skips.step(self, grads, skipped, factor, advance)
         return losses.detach()
 
-    def _fused_update(self, grads: Sequence[Tensor], factor: float) -> None:
+    def _update(self, grads: Sequence[Tensor], factor: float | Tensor, advance: bool,
+                skipped: Sequence[Tensor | None] | None = None) -> None:
+        """The step's update of every tensor; skipped: per slot, the runs that do not decay it this
+        step (None: every run decays every tensor)."""
+        if self.fused:
+            self._fused_update(grads, factor, skipped)
+        else:
+            grads = [g.to(w.dtype) for g, w in zip(grads, self.tensors)]
+            directions = self.opt.directions(grads) if advance else self.opt.directions(grads, advance=False)
+            updates = self.param.updates(self.slots, directions, self.lr_alive * factor)
+            decays = self.param.decays(self.slots, self.lr_alive, factor, self.optim)
+            apply_updates(self.slots, updates, skips.without_skipped(decays, skipped))
+            refresh(self.copies, self.tensors)
+
+    def _fused_update(self, grads: Sequence[Tensor], factor: float, skipped=None) -> None:
         """The optimizer's one pass per live run, given each slot's rates and decays as the
         parameterization computes them (`rates`, `decays`), on the host copy of the LRs: the
         same numbers as on the device, read with no synchronisation."""
         rates = self.param.rates(self.slots, self.lr_host * factor)
         decays = self.param.decays(self.slots, self.lr_host, factor, self.optim_host)
-        self.opt.update(grads, rates, decays, self.live, self.copies)
+        self.opt.update(grads, rates, skips.without_skipped(decays, skipped), self.live, self.copies)
 
     def check(self) -> None:
         """Read the losses since the last check (the host sync) and freeze runs that diverged."""
@@ -309,6 +331,7 @@ class Ensemble:
             "step_index": self.step_index,
             "checked": self.checked,
             "param": self.param.state_dict(),
+            "uses": None if self.uses is None else self.uses.clone(),
         }
 
     @torch.no_grad()
@@ -333,6 +356,7 @@ class Ensemble:
         self.diverged_step = list(state["diverged_step"])
         self.history.copy_(state["history"])
         self.param.load_state_dict(_to(state["param"], self.device))
+        self.uses = None if state.get("uses") is None else state["uses"].clone()
         self.step_index = self.reported = state["step_index"]
         self.checked = state["checked"]
 
@@ -400,6 +424,11 @@ class Ensemble:
                 require(isinstance(param[name], list) and len(param[name]) == len(entries),
                          f"param[{name!r}] is not {len(entries)} entries")
         require(all(finite_for(t, live, K) for t in tensors_in(param)), "param is not finite for a run still training")
+        # The steps each run used each tensor (`skips`): none past the steps done
+        uses = state.get("uses")
+        require(uses is None or (self.skipping and is_tensor_like(uses, torch.zeros(len(self.tensors), K, dtype=torch.long))
+                                 and bool(((uses >= 0) & (uses <= step)).all())),
+                 f"uses {described(uses)} is not the steps of use of {len(self.tensors)} tensors in [0, {step}]")
 
     def results(self) -> list[RunResult]:
         return results_of(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)

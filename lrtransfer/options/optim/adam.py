@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
+from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
 from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_, adam_update_
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive
@@ -80,6 +81,28 @@ class Optimizer(CountsSteps):
             self.advance()
         adam_directions_(self.scratch, grads, self.m, self.v, self._step, self.beta1, self.beta2, self.eps)
         return self.scratch
+
+    def tensor_state(self, i: int) -> tuple[Tensor, ...]:
+        """Tensor i's moments."""
+        return self.m[i], self.v[i]
+
+    @torch.no_grad()
+    def skip_update(self, i: int, grad: Tensor, used: Tensor, steps: Tensor, rate: Tensor, decay: Tensor | None) -> None:
+        """Tensor i's step for the runs `used` ((K,) bool) alone, each at its own step count `steps`
+        ((K,): the steps that used it, this one included), as torch.optim.Adam (AdamW with a decay)
+        steps a parameter that has a gradient at some steps only; the other runs' tensor and
+        moments stay as they are. rate, decay (None: none): (K,) on the device (`training/skips.py`)."""
+        w, m, v = self.tensors[i], self.m[i], self.v[i]
+        g, keep = passes.like(grad, w), run_view(used, w)
+        per_run = lambda x: run_view(x.to(w.dtype), w)  # noqa: E731
+        count = per_run(steps.clamp(min=1))
+        m1 = m.lerp(g, 1 - self.beta1)
+        v1 = v.mul(self.beta2).addcmul_(g, g, value=1 - self.beta2)
+        denom = v1.sqrt().div_((1 - self.beta2**count).sqrt()).add_(self.eps[i])
+        w1 = w if decay is None else w * (1 - per_run(decay))
+        w1 = w1 - per_run(rate) / (1 - self.beta1**count) * m1 / denom
+        for dst, new in ((w, w1), (m, m1), (v, v1)):
+            dst.copy_(torch.where(keep, new, dst))
 
     @torch.no_grad()
     def update(self, grads: Sequence[Tensor], rates, decays, runs: Sequence[int], copies=None) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
+from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
 from lrtransfer.options.schema import GRADIENT, DecayScaling, Grid, added, in_unit, non_negative
 
@@ -82,6 +83,26 @@ class Optimizer:
             if self.nesterov:
                 torch.add(g, buf, alpha=self.momentum, out=out)
         return self.scratch if self.nesterov else self.buf
+
+    def tensor_state(self, i: int) -> tuple[Tensor, ...]:
+        """Tensor i's momentum buffer."""
+        return (self.buf[i],)
+
+    @torch.no_grad()
+    def skip_update(self, i: int, grad: Tensor, used: Tensor, steps: Tensor, rate: Tensor, decay: Tensor | None) -> None:
+        """Tensor i's step for the runs `used` ((K,) bool) alone, as torch.optim.SGD steps a parameter
+        that has a gradient at some steps only (its buffer starts at its first gradient: ours is
+        zero until then); the other runs' tensor and buffer stay as they are. steps: unused (SGD
+        counts none); rate, decay (None: none): (K,) on the device (`training/skips.py`)."""
+        w, buf = self.tensors[i], self.buf[i]
+        g, keep = passes.like(grad, w), run_view(used, w)
+        d = g
+        if self.momentum:
+            buf1 = buf.mul(self.momentum).add_(g)
+            d = g.add(buf1, alpha=self.momentum) if self.nesterov else buf1
+            buf.copy_(torch.where(keep, buf1, buf))
+        w1 = w if decay is None else w * (1 - run_view(decay.to(w.dtype), w))
+        w.copy_(torch.where(keep, w1 - run_view(rate.to(w.dtype), w) * d, w))
 
     @torch.no_grad()
     def update(self, grads: Sequence[Tensor], rates, decays, runs: Sequence[int], copies=None) -> None:

@@ -221,10 +221,10 @@ class Parameterization:
 
     def decay_mults(self, slots: Sequence[Slot], optim) -> list[float]:
         """Each slot's factor on the weight decay: its wd_mult, 0 for a bias or norm gain under
-        `decay_1d: false` and for a tensor the forward never uses (`Atom.unused`)."""
+        `decay_1d: false`. (A tensor the forward did not use at a step does not decay that step:
+        `training/skips.py`.)"""
         keep_1d = getattr(optim, "decay_1d", True)
-        return [s.wd_mult if (keep_1d or not is_one_dimensional(s)) and s.name not in s.atom.unused else 0.0
-                for s in slots]
+        return [s.wd_mult if keep_1d or not is_one_dimensional(s) else 0.0 for s in slots]
 
     def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
         """Decoupled weight decay of each tensor, (K,) per slot: w <- (1 - decay) * w.
