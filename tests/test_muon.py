@@ -101,20 +101,23 @@ def test_each_scale_multiplies_the_orthogonalised_momentum_by_its_formula(scale)
 
 
 def test_the_other_tensors_get_adams_direction_times_the_ratio():
+    """... with each tensor's own epsilon (a parameterization's eps_mult: muP's 1/m); gradients of
+    1e-3 against an epsilon of 1e-3, so that the epsilon shows."""
     from lrtransfer.options.optim.kernels import adam_directions_
 
     atoms = hidden_atoms(2) + [Linear(10, 48, role=INPUT, runs=2).double(), Linear(96, 3, role=OUTPUT, runs=2).double()]
-    slots = slots_of(atoms)
-    opt = muon("optim.adam_lr_ratio=0.25", slots=slots)
+    slots = [Slot(s.atom, s.name, s.tensor, 1.0, eps_mult=2.0**-i) for i, s in enumerate(slots_of(atoms))]
+    opt = muon("optim.adam_lr_ratio=0.25", "optim.eps=1e-3", slots=slots)
     rest = [s for s in slots if not (s.name == "weight" and s.atom.role == HIDDEN)]
     assert len(rest) == 6 and len(opt.hidden) == 2
     m, v = [torch.zeros_like(s.tensor) for s in rest], [torch.zeros_like(s.tensor) for s in rest]
     for step in (1, 2):
-        grads = [torch.randn(s.tensor.shape, generator=torch.Generator().manual_seed(10 * step + i), dtype=torch.float64)
+        grads = [1e-3 * torch.randn(s.tensor.shape, generator=torch.Generator().manual_seed(10 * step + i), dtype=torch.float64)
                  for i, s in enumerate(slots)]
         dirs = opt.directions(grads)
         want = [torch.empty_like(s.tensor) for s in rest]
-        adam_directions_(want, [g for s, g in zip(slots, grads) if s in rest], m, v, step, 0.9, 0.95, 1e-10)
+        adam_directions_(want, [g for s, g in zip(slots, grads) if s in rest], m, v, step, 0.9, 0.95,
+                         [1e-3 * s.eps_mult for s in rest])
         got = [d for s, d in zip(slots, dirs) if s in rest]
         for w, d in zip(want, got):
             torch.testing.assert_close(d, 0.25 * w, rtol=1e-12, atol=1e-15)
