@@ -4,6 +4,7 @@ resumes itself; the complete record it replaces stays until the new one is writt
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,23 @@ def test_a_rerun_resumes_no_rerun_checkpoint_of_other_versions_or_another_record
     assert code == 0, err
     assert f"warning: ignoring checkpoint {folder / 'checkpoint.pt'}: {says}, and --rerun recomputes the job" in err
     assert not resumed(folder) and runs_of(folder) == whole
+
+
+def test_plan_under_rerun_counts_only_the_checkpoint_a_rerun_would_resume(cli, tmp_path, interrupt):
+    """`--plan --rerun` prices what `--rerun` does: an ordinary run's checkpoint is not resumed (the
+    job's every run-step is to do), an interrupted `--rerun`'s is (only what it left)."""
+    at = [*JOB, f"results_dir={tmp_path / 'r'}"]
+    interrupt(50)
+    assert cli("sweep", *at)[0] == 130  # an ordinary run's checkpoint, no record
+    interrupt(None)
+    code, out, _ = cli("sweep", "--plan", "--rerun", *at)
+    assert code == 0 and re.search(r"missing .* 200 run-steps", out) and "resumes" not in out, out
+
+    assert cli("sweep", *at)[0] == 0  # complete; then a --rerun interrupted midway
+    interrupt(50)
+    assert cli("sweep", *at, "--rerun")[0] == 130
+    interrupt(None)
+    done = 200 - int(re.search(r"reruns .* (\d+) run-steps", cli("sweep", "--plan", "--rerun", *at)[1]).group(1))
+    assert 50 <= done < 200
+    code, out, _ = cli("sweep", "--plan", *at)  # without --rerun the job is done
+    assert code == 0 and "1 job(s): 1 done" in out, out

@@ -94,10 +94,11 @@ class FileCheckpoint:
         self.path.unlink(missing_ok=True)
 
 
-def steps_done(path: Path, runs: list, steps: int) -> int | None:
+def steps_done(path: Path, runs: list, steps: int, only: dict | None = None) -> int | None:
     """Run-steps the checkpoint at `path` has behind it for a job of these `runs`, each `steps`
-    long (what a re-run does not train again); None when it is unreadable or holds other runs,
-    so that the job would start afresh. Loaded as safely as to resume, and never removed."""
+    long (what a re-run does not train again); None when it is unreadable, holds other runs or,
+    given `only` (a --rerun's origin), was saved by another origin, so that the job would start
+    afresh. Loaded as safely as to resume, and never removed."""
     import torch
 
     from lrtransfer.training import engine
@@ -105,7 +106,7 @@ def steps_done(path: Path, runs: list, steps: int) -> int | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         saved = [tuple(key) for chunk in state["chunks"] for key in chunk]
-        if saved != [engine.run_key(r) for r in runs]:
+        if saved != [engine.run_key(r) for r in runs] or (only is not None and state.get("origin") != only):
             return None
         return engine.steps_done(state, steps)
     except Exception:  # truncated, foreign, another layout: the job starts afresh

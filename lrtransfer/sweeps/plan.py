@@ -92,8 +92,8 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         status, left = status_of(job.folder), run_steps(job.typed)
         if status == "done" and sweeper.rerun:
             status = "reruns"
-        if status in ("missing", "failed"):
-            done = checkpointed_steps(job.folder, job.typed)
+        if status in ("missing", "failed", "reruns"):
+            done = checkpointed_steps(job.folder, job.typed, sweeper.rerun)
             if done is not None:
                 status, left = ("resumes" if status == "missing" else status), left - done
         plan.jobs.append(PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
@@ -103,14 +103,17 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
     return plan
 
 
-def checkpointed_steps(folder: Path, typed) -> int | None:
+def checkpointed_steps(folder: Path, typed, rerun: bool = False) -> int | None:
     """Run-steps the job's `checkpoint.pt` has done, which a re-run does not do again; None without
-    one it would resume from (none, unreadable, or of other runs: the job starts afresh)."""
+    one it would resume from (none, unreadable, or of other runs; under --rerun, one of another
+    origin, `FileCheckpoint.only_own`: the job starts afresh)."""
     from lrtransfer.sweeps.checkpoint import NAME, steps_done
-    from lrtransfer.sweeps.job import runs_of
+    from lrtransfer.sweeps.job import origin, runs_of
 
     path = folder / NAME
-    return steps_done(path, runs_of(typed), typed.train.steps) if path.exists() else None
+    if not path.exists():
+        return None
+    return steps_done(path, runs_of(typed), typed.train.steps, origin(folder, True) if rerun else None)
 
 
 def machine_notes(configs) -> list[str]:
