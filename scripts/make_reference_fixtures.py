@@ -29,7 +29,10 @@ randn(numel, seed 1000 + i): the step's RMS and its dot product with the gradien
 
 modula.json, per model: each atom's target norm when the whole network's is 1, read
 off Modula's own `normalize(w, target_norm=1)` on its orthogonal (unit singular
-values, so its one power iteration is exact) or unit-row initial weights.
+values, so its one power iteration is exact) or unit-row initial weights, and its
+forward multiplier (the atom's `scale`); for the MLPs and the GPT, the network's output
+on a given input with given weights (`given_weight`), Modula's forward in float64; and
+one Conv2D's multiplier and output, likewise.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ OUT = Path(__file__).resolve().parent.parent / "tests" / "reference"
 BASE, WIDTHS = 64, (64, 256, 1024)
 ADAM_LR, SGD_LR, SGD_MOMENTUM = 0.01, 0.1, 0.9
 MODULA_WIDTH = 64
+FORWARD_SEED = 3000
 
 
 def have_references() -> bool:
@@ -249,8 +253,11 @@ def leaves(module):
 
 def modula_reference() -> dict:
     import torch
+    from modula.atom import Conv2D
+    from modula.vector import Vector
 
-    doc = {"package": "modula 0.0.0.0.0.2", "torch": torch.__version__, "width": MODULA_WIDTH, "models": {}}
+    doc = {"package": "modula 0.0.0.0.0.2", "torch": torch.__version__, "width": MODULA_WIDTH,
+           "forward_seed": FORWARD_SEED, "models": {}}
     for name, (module, overrides, input_shape, output_dim) in modula_models().items():
         torch.manual_seed(0)
         weights = module.initialize(device="cpu")
@@ -261,10 +268,31 @@ def modula_reference() -> dict:
             # an embedding's norm is its rows' l2 (each row normalised), a Linear's the spectral norm
             embedding = type(atom).__name__ == "Embedding"
             target = float(t.norm(dim=1).mean()) if embedding else float(torch.linalg.matrix_norm(t, ord=2))
-            atoms.append({"kind": type(atom).__name__, "shape": list(t.shape), "target_norm": target})
+            atoms.append({"kind": type(atom).__name__, "shape": list(t.shape), "target_norm": target,
+                          "forward_mult": float(atom.scale)})
         doc["models"][name] = {"overrides": [f"width={MODULA_WIDTH}", *overrides], "input_shape": input_shape,
                                "output_dim": output_dim, "atoms": atoms}
+        if not name.startswith("resmlp"):  # lrtransfer's resnet has other bonds than Modula's ResMLP: its targets only
+            x = (torch.randint(0, output_dim, (2, *input_shape), generator=torch.Generator().manual_seed(0))
+                 if name == "gpt" else torch.randn(4, *input_shape, generator=torch.Generator().manual_seed(0),
+                                                   dtype=torch.float64))
+            given = Vector([given_weight(list(t.shape), i) for i, t in enumerate(weights)])
+            doc["models"][name]["forward"] = {"input": x.tolist(), "output": module(x, given).tolist()}
+    conv = Conv2D(6, 4)  # (out, in) channels, 3x3, padding 1
+    x = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    doc["conv"] = {"c_out": 6, "c_in": 4, "kernel": 3, "forward_mult": float(conv.scale), "input": x.tolist(),
+                   "output": conv(x, Vector([given_weight([6, 4, 3, 3], 0)])).tolist()}
     return doc
+
+
+def given_weight(shape: list[int], i: int):
+    """The weights a forward is measured with: atom i's (Modula's shape: a Linear's (out, in), an Embedding's
+    (num, dim), a Conv2D's (out, in, k, k)) N(0, 1 / shape[1]) entries in float64, from a generator seeded
+    FORWARD_SEED + i."""
+    import torch
+
+    gen = torch.Generator().manual_seed(FORWARD_SEED + i)
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * shape[1] ** -0.5
 
 
 def main() -> None:

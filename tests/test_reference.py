@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from lrtransfer.diagnostics.inspect import tensors
+from lrtransfer.nn.compounds import Standardize
 from lrtransfer.training.build import model as build_model
 from lrtransfer.training.build import optimizer as build_optimizer
 from lrtransfer.training.build import parameterization as build_param
@@ -97,6 +99,54 @@ def test_modula_target_norms(name):
     rows = [r for r in tensors(cfg, tuple(model["input_shape"]), model["output_dim"]) if r["role"] != "vector"]
     assert [sorted(r["shape"]) for r in rows] == [sorted(a["shape"]) for a in model["atoms"]]
     assert [r["target_norm"] for r in rows] == pytest.approx([a["target_norm"] for a in model["atoms"]], rel=1e-5)
+
+
+def given_weight(shape: list[int], i: int) -> torch.Tensor:
+    """The fixture's weights for a forward (scripts/make_reference_fixtures.given_weight): atom i's, in
+    Modula's shape, N(0, 1 / shape[1]) in float64 from a generator seeded forward_seed + i."""
+    gen = torch.Generator().manual_seed(MODULA["forward_seed"] + i)
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * shape[1] ** -0.5
+
+
+@pytest.mark.parametrize("name", [n for n, m in MODULA["models"].items() if "forward" in m])
+def test_modula_forward_multipliers_and_outputs(name):
+    """Each atom's forward multiplier is Modula's atom's `scale`, and the whole network, given Modula's
+    weights, computes Modula's output (the GPT: its embeddings' sqrt(dim), (tok + pos) / 2, attention
+    on (q, k, v) / 3 with logits / d_head, the convex residual, ScaledGELU, weightless layer norms:
+    LN-S here, its eps set to Modula's 0)."""
+    model = MODULA["models"][name]
+    data = [DATA[o] for o in model["overrides"] if o in DATA]
+    cfg = typed(*CPU, *model["overrides"], *data, "param=modular")
+    param = build_param(cfg)
+    net = build_model(cfg, param, runs=1, input_shape=tuple(model["input_shape"]), output_dim=model["output_dim"]).double()
+    param.initialize(net, [0])
+    atoms = [a for a in net.atoms() if a.mass > 0]  # Modula's atoms (its LayerNorm has no weights)
+    for m in net.modules():
+        if isinstance(m, Standardize):
+            m.eps = 0.0  # Modula's LayerNorm: (z - mean) / RMS, nothing added under the root
+    assert [a.weight_mult for a in atoms] == pytest.approx([a["forward_mult"] for a in model["atoms"]], rel=1e-12)
+    with torch.no_grad():
+        for i, (atom, ref) in enumerate(zip(atoms, model["atoms"], strict=True)):
+            w = given_weight(ref["shape"], i)  # a Linear's (out, in), an Embedding's (num, dim): as (fan_in, fan_out)
+            atom.weight[0].copy_(atom.from_matrix(w if ref["kind"] == "Embedding" else w.t()))
+        x = torch.from_numpy(np.array(model["forward"]["input"]))  # token ids (int64), or inputs (float64)
+        out = net(x)[0]
+    torch.testing.assert_close(out, torch.tensor(model["forward"]["output"], dtype=torch.float64), rtol=1e-10, atol=1e-12)
+
+
+def test_modula_conv2d_forward():
+    """A Conv2D atom: Modula's sqrt(c_out / c_in) / k^2 on the convolution, taps of its weight as they are."""
+    from lrtransfer.nn import HIDDEN, Conv
+
+    ref = MODULA["conv"]
+    param = build_param(typed(*CPU, "param=modular"))
+    conv = Conv(ref["c_in"], ref["c_out"], ref["kernel"], dims=2, role=HIDDEN, runs=1, bias=False).double()
+    param.set_multipliers(conv)
+    assert conv.weight_mult == pytest.approx(ref["forward_mult"], rel=1e-12)
+    with torch.no_grad():
+        conv.weight[0].copy_(given_weight([ref["c_out"], ref["c_in"], ref["kernel"], ref["kernel"]], 0))
+        out = conv(torch.tensor(ref["input"], dtype=torch.float64))[0]
+    torch.testing.assert_close(out, torch.tensor(ref["output"], dtype=torch.float64), rtol=1e-12, atol=1e-12)
 
 
 def test_inspect_json_matches_mup_at_width_256(cli):
