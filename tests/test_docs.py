@@ -44,7 +44,8 @@ SHELL_LINES = ("source",)  # set up the shell the later lines run in: each later
 # Appended to every `lrtransfer sweep`: 3 widths x 6 LRs x 20 steps (seconds, not a minute).
 # The grid reaches up to 2^0 so that at 20 steps no width's optimum sits on the grid's edge,
 # and `predict` has a drift to extrapolate.
-SMALL = ["width=16,32,64", "train.steps=20", "lr.log2_min=-10", "lr.log2_max=0", "lr.log2_step=2",
+# widths spanning 4 doublings, as the default study's do: `predict --width 4096` reaches no further past them
+SMALL = ["width=16,64,256", "train.steps=20", "lr.log2_min=-10", "lr.log2_max=0", "lr.log2_step=2",
          "engine.progress=false"]
 
 
