@@ -153,6 +153,9 @@ CATALOGUE = [
     ("negative SLURM memory", ["hydra/launcher=slurm", "hydra.launcher.mem_gb=-1"], "hydra.launcher.mem_gb=-1 is out of range; valid: 0 .. "),
     ("a SLURM array with no job at once", ["hydra/launcher=slurm", "hydra.launcher.array_parallelism=0"],
      "hydra.launcher.array_parallelism=0 is out of range; valid: 1 .. "),
+    ("two tasks of one job", ["hydra/launcher=slurm", "hydra.launcher.tasks_per_node=2"],
+     "hydra.launcher.tasks_per_node=2 is out of range; valid: 1 task per node (a job is one process: more would "
+     "train it again beside itself)"),
     ("negative SLURM requeues", ["hydra/launcher=slurm", "hydra.launcher.max_num_timeout=-1"],
      "hydra.launcher.max_num_timeout=-1 is out of range; valid: 0 .. "),
     ("group YAML of the wrong shape", ["--config-dir", "{yaml_dir}", "model=listed"],

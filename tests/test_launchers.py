@@ -147,3 +147,22 @@ def test_ray_launcher_values_are_checked_without_ray(name, override, fragment):
     with pytest.raises(UserError) as e:
         launchers.check(shipped_launcher(name, override))
     assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name, overrides, fragment", [
+    ("ray_local", ["ray.init.num_cpus=2", "ray.remote.num_cpus=4"],
+     "hydra.launcher.ray.remote.num_cpus=4 is more than the local Ray cluster's ray.init.num_cpus=2, so no job could "
+     "start (they would wait for ever); valid: 0 .. 2"),
+    ("slurm", ["timeout_min=2", "signal_delay_s=120"],
+     "hydra.launcher.signal_delay_s=120 is not shorter than the time limit (timeout_min=2: 120 s), so every job "
+     "would be told to stop as it starts; valid: 0 .. 119 seconds"),
+])
+def test_launcher_values_valid_alone_but_not_together_are_refused(name, overrides, fragment):
+    """Each value passes alone; together, every job would wait for ever (Ray) or be signalled to stop as it starts."""
+    from lrtransfer.errors import UserError
+    from lrtransfer.sweeps import launchers
+
+    launchers.check(shipped_launcher(name, *overrides[:1]))
+    with pytest.raises(UserError) as e:
+        launchers.check(shipped_launcher(name, *overrides))
+    assert str(e.value) == fragment

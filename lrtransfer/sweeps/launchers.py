@@ -43,7 +43,7 @@ MAX_COUNT = 2**31 - 1  # nodes, GPUs, requeues, ...: a C int, what sbatch reads 
 COUNTS = [
     (SUBMITIT_LOCAL, "nodes", 1, 1, "node (hydra/launcher=processes runs on this machine)"),
     (SUBMITIT, "nodes", 1, MAX_COUNT, "nodes"),
-    (SUBMITIT, "tasks_per_node", 1, MAX_COUNT, "tasks per node"),
+    (SUBMITIT, "tasks_per_node", 1, 1, "task per node (a job is one process: more would train it again beside itself)"),
     (SUBMITIT, "cpus_per_task", 1, MAX_THREADS, "CPUs per job"),  # a SLURM job's torch threads
     (SUBMITIT, "cpus_per_gpu", 1, MAX_THREADS, "CPUs per GPU"),
     (SUBMITIT, "gpus_per_node", 0, MAX_COUNT, "GPUs per node"),
@@ -84,6 +84,7 @@ def check(cfg) -> None:
             raise ConfigError(f"hydra.launcher.{key}={timeout}: a job would be stopped before it starts; valid: {valid}")
     target = _target(cfg)
     _check_counts(target, get)
+    _check_pairs(target, get)
     if target.startswith(JOBLIB):
         _check_joblib(get)
 
@@ -100,6 +101,20 @@ def _check_counts(target: str, get) -> None:
             span = f"{low}" if low == high else f"{low:,} .. {high:,}"
             raise ConfigError(f"hydra.launcher.{key}={shown(value)} {'is out of range' if number else 'is not a number'}; "
                               f"valid: {span} {unit}")
+
+
+def _check_pairs(target: str, get) -> None:
+    """Values valid alone that together stop every job: a warning signal due before the job starts;
+    a job asking more CPUs than the local Ray cluster has, which waits for them for ever."""
+    delay, limit = get("signal_delay_s"), get("timeout_min")
+    if target.startswith(SUBMITIT) and isinstance(delay, int) and isinstance(limit, (int, float)) and delay >= limit * 60:
+        raise ConfigError(f"hydra.launcher.signal_delay_s={delay} is not shorter than the time limit "
+                          f"(timeout_min={limit}: {limit * 60:g} s), so every job would be told to stop as it starts; "
+                          f"valid: 0 .. {max(0, int(limit * 60) - 1)} seconds")
+    wants, has = get("ray.remote.num_cpus"), get("ray.init.num_cpus")
+    if target.startswith(RAY) and isinstance(wants, (int, float)) and isinstance(has, int) and wants > has:
+        raise ConfigError(f"hydra.launcher.ray.remote.num_cpus={wants} is more than the local Ray cluster's "
+                          f"ray.init.num_cpus={has}, so no job could start (they would wait for ever); valid: 0 .. {has}")
 
 
 def _check_joblib(get) -> None:
