@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,3 +110,17 @@ def test_under_adam_the_effective_step_scales_like_one_over_sqrt_fan_in():
     assert small == pytest.approx(1e-3 * math.sqrt(2.0 / 64), rel=0.05)
     sp_small, sp_large = effective_first_step("standard", 64), effective_first_step("standard", 1024)
     assert sp_small / sp_large == pytest.approx(1.0, rel=0.05)
+
+
+def test_a_users_module_is_stored_unit_normal_whatever_its_own_init():
+    """model=custom starts from the module's own init (model.init=own), but equalized's rule is its
+    init: N(0, 1) weights (nn.Linear's own are U(+-1/sqrt(fan_in))) and zero biases, the He constant
+    at every forward."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+    _, _, model = model_of("model=custom", f"model.target={example}:build", "width=512", "depth=3")
+    atoms = list(model.atoms())
+    assert [a.role for a in atoms] == ["input", "hidden", "output"]
+    for atom in atoms:
+        assert float(atom.weight[0].detach().std()) == pytest.approx(1.0, rel=0.05), atom.path
+        assert atom.weight_mult == pytest.approx(math.sqrt(2.0 / atom.fan_in), rel=1e-12)
+        assert torch.count_nonzero(atom.bias) == 0

@@ -274,3 +274,20 @@ def test_auto_activation_is_the_models_own_and_scaled_under_modular(model, plain
         over = [f"model={model}", f"param={p}", *data]
         assert model_activation(typed(*over)) == expected
         assert semantic(compose(*over)) == semantic(compose(*over, f"model.activation={expected}"))
+
+
+def test_dualize_gives_a_layer_norm_gain_the_sign_of_its_direction():
+    """A gain's norm is max |g| (the operator norm of z -> g z): its steepest direction is the sign,
+    so under `dualize` every entry of the update has size exactly the target, signed as the direction."""
+    cfg = typed(*CPU, "model=resnet", "model.layer_norm=true", "width=8", "depth=2", "param.update=dualize")
+    param = build_param(cfg)
+    model = build_model(cfg, param, runs=2, input_shape=(32,), output_dim=10).double()
+    param.initialize(model, [0, 1])
+    slots = param.slots(model)
+    dirs = random_directions(slots)
+    lr = torch.tensor([0.5, 0.125], dtype=torch.float64)
+    before = [d.clone() for d in dirs]  # (the updates may be written into the directions)
+    gains = [(s, d, u) for s, d, u in zip(slots, before, param.updates(slots, dirs, lr)) if s.name == "gain"]
+    assert len(gains) == 2
+    for s, d, u in gains:
+        torch.testing.assert_close(u, torch.sign(d) * (lr * param.share(s)).view(-1, 1, 1), rtol=1e-12, atol=0)

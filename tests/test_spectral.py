@@ -5,6 +5,7 @@ every built-in model."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,3 +196,22 @@ def test_inspect_shows_each_tensors_target_norm(cli):
             assert r["target_norm"] == 1.0
         assert r["mass"] is None and r["sensitivity"] is None
     assert {r["target_norm"] for r in rows} != {1.0}  # the input and output weights' differ from 1
+
+
+def test_a_users_module_starts_at_the_condition_whatever_its_own_init():
+    """model=custom starts from the module's own init (model.init=own), but the spectral condition is
+    this rule's init: each weight at spectral norm sigma sqrt(fan_out / fan_in), biases at zero."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+    cfg = typed(*CPU, "model=custom", f"model.target={example}:build", "width=48", "depth=3", "param.sigma=1.5")
+    param = build.parameterization(cfg)
+    net = build.model(cfg, param, runs=2, input_shape=(12,), output_dim=5).double()
+    param.initialize(net, [0, 1])
+    slots = param.slots(net)
+    assert [s.atom.role for s in slots if s.name == "weight"] == ["input", "hidden", "output"]
+    for s in slots:
+        if s.name == "weight":
+            want = 1.5 * math.sqrt(s.atom.fan_out / s.atom.fan_in)
+            torch.testing.assert_close(spectral_norms(s, s.tensor), torch.full((2,), want, dtype=torch.float64),
+                                       rtol=1e-6, atol=0)
+        else:
+            assert not s.tensor.any()
