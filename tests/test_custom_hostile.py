@@ -5,6 +5,7 @@ says, or is refused in one line before any training."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,19 +184,15 @@ OPTIMIZERS = {"adam": ["optim=adam"], "adamw": ["optim=adam", "optim.weight_deca
 STEPS = 12
 
 
-def plain_loop(hostile, name: str, ens, k: int, start: dict) -> tuple[list[float], dict, list[bool]]:
-    """The reference: run k of `ens` alone, as a plain PyTorch loop trains it: the module (a fresh
-    one, holding run k's tensors of `start`) on run k's batches, `zero_grad(set_to_none=True)`,
+def plain_loop(net, ens, k: int, start: dict) -> tuple[list[float], dict, list[set]]:
+    """The reference: run k of `ens` alone, as a plain PyTorch loop trains it: `net` (a fresh module,
+    given run k's tensors and buffers of `start`) on run k's batches, `zero_grad(set_to_none=True)`,
     `backward()`, and torch.optim's Adam, AdamW or SGD `step()`, which skip a parameter without a
-    gradient. Its losses, its tensors at the end, and at which steps it used b.weight."""
-    path = hostile(name)[1].split("=", 1)[1].rsplit(":", 1)[0]
-    spec = importlib.util.spec_from_file_location("hostile_ref", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    net = getattr(module, name)(24, (32,), 10).double()
+    gradient. Its losses, its tensors and buffers at the end, and the parameters each step used."""
+    net = net.double()
     with torch.no_grad():
-        for n, p in net.named_parameters():
-            p.copy_(start[n][k])
+        for n, t in [*net.named_parameters(), *net.named_buffers()]:
+            t.copy_(start[n][k])
     o, lr = ens.optim, 2.0 ** ens.runs[k].log2_lr
     if o.name == "sgd":
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=o.momentum, nesterov=o.nesterov)
@@ -204,15 +201,38 @@ def plain_loop(hostile, name: str, ens, k: int, start: dict) -> tuple[list[float
         opt = kind(net.parameters(), lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, **decay)
     gen = torch.Generator().manual_seed(data_seed(ens.runs[k].seed))
     losses, used = [], []
-    for _ in range(STEPS):
+    for _ in range(ens.steps):
         x, y = ens.task.sample(gen, 8)
         loss = ens.task.losses(net(x).unsqueeze(0), y)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        used.append(net.b.weight.grad is not None)
+        used.append({n for n, p in net.named_parameters() if p.grad is not None})
         opt.step()
         losses.append(loss.item())
-    return losses, {n: p.detach() for n, p in net.named_parameters()}, used
+    return losses, {n: t.detach() for n, t in [*net.named_parameters(), *net.named_buffers()]}, used
+
+
+def held(ens) -> dict:
+    """Every tensor and buffer of the user's module, by its name, as the ensemble holds it: (K, ...)."""
+    model = ens.model
+    out = {model.buffer_names[n]: b for n, b in model.stacked.named_buffers() if n in model.buffer_names}
+    return out | {n: user_tensor(ens, n) for a in model.atoms() for n in map(a.user_names.get, dict(a.trained()))}
+
+
+def trained_alike(ens, make) -> list[list[set]]:
+    """Train `ens` (float64), then each run against its own plain loop of `make(seed)`, the module
+    built: losses, tensors and buffers equal to 1e-12. The parameters each run used at each step."""
+    start = {n: t.clone() for n, t in held(ens).items()}
+    for _ in range(ens.steps):
+        ens.step()
+    pattern = []
+    for k, run in enumerate(ens.runs):
+        losses, tensors, used = plain_loop(make(run.seed), ens, k, start)
+        assert ens.history[k].tolist() == pytest.approx(losses, rel=1e-12, abs=0)
+        for n, t in tensors.items():
+            torch.testing.assert_close(held(ens)[n][k], t, rtol=1e-12, atol=1e-13)
+        pattern.append(used)
+    return pattern
 
 
 def trained_as_plain_loops(hostile, name: str, over: list[str], runs: list[Run]) -> list[list[bool]]:
@@ -220,17 +240,12 @@ def trained_as_plain_loops(hostile, name: str, over: list[str], runs: list[Run])
     1e-12; which steps each run used b.weight."""
     ens = ensemble(*hostile(name), *over, "train.dtype=float64", f"train.steps={STEPS}", runs=runs)
     ens.model.net.calls = 0  # the branch counts the training forwards only
-    start = {n: user_tensor(ens, n).clone() for n in ("a.weight", "a.bias", "b.weight", "b.bias", "c.weight", "c.bias")}
-    for _ in range(STEPS):
-        ens.step()
-    pattern = []
-    for k in range(len(runs)):
-        losses, tensors, used = plain_loop(hostile, name, ens, k, start)
-        assert ens.history[k].tolist() == pytest.approx(losses, rel=1e-12, abs=0)
-        for n, t in tensors.items():
-            torch.testing.assert_close(user_tensor(ens, n)[k], t, rtol=1e-12, atol=1e-13)
-        pattern.append(used)
-    return pattern
+    path = hostile(name)[1].split("=", 1)[1].rsplit(":", 1)[0]
+    spec = importlib.util.spec_from_file_location("hostile_ref", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pattern = trained_alike(ens, lambda seed: getattr(module, name)(24, (32,), 10))
+    return [["b.weight" in step for step in used] for used in pattern]
 
 
 @pytest.mark.parametrize("optim", OPTIMIZERS)
@@ -281,10 +296,12 @@ def test_what_cannot_skip_a_parameter_for_a_step_refuses_it_in_one_line(hostile,
     assert "\n" not in str(e.value)
 
 
-def test_a_job_whose_runs_skip_at_different_steps_resumes_exactly(hostile, tmp_path, monkeypatch):
-    """The steps each run used each tensor go into the checkpoint: a resumed job's runs end as an
-    uninterrupted job's, bit for bit; a saved count past the steps done is refused as damage."""
-    cfg = typed(*SMALL, *hostile("ByBatch"), "train.steps=40")
+@pytest.mark.parametrize("target, saved", [("ByBatch", "uses"), ("Dropout", "streams")])
+def test_a_job_whose_runs_skip_or_draw_resumes_exactly(hostile, tmp_path, monkeypatch, target, saved):
+    """The steps each run used each tensor, and each run's stream of random draws, go into the
+    checkpoint: a resumed job's runs end as an uninterrupted job's, bit for bit; a saved count past
+    the steps done is refused as damage."""
+    cfg = typed(*SMALL, *(hostile(target) if target == "ByBatch" else RANDOM), "train.steps=40")
     runs = [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1)]
     reference = [vars(r) for r in engine.train(build.job(cfg), runs)]
     ckpt = FileCheckpoint(tmp_path / "checkpoint.pt", interval_s=1e-9)
@@ -298,12 +315,51 @@ def test_a_job_whose_runs_skip_at_different_steps_resumes_exactly(hostile, tmp_p
         engine.train(build.job(cfg), runs, progress=stop_midway, checkpoint=ckpt)
     monkeypatch.setattr(stop, "_requested", False)
     state = torch.load(ckpt.path, weights_only=True)
-    assert 0 < state["ensemble"]["step_index"] < 40 and state["ensemble"]["uses"] is not None
+    assert 0 < state["ensemble"]["step_index"] < 40 and state["ensemble"][saved] is not None
     assert [vars(r) for r in engine.train(build.job(cfg), runs, checkpoint=ckpt)] == reference
 
-    state["ensemble"]["uses"] = state["ensemble"]["uses"] + 1000
-    with pytest.raises(engine.DamagedState, match="uses"):
+    state["ensemble"][saved] = state["ensemble"][saved][:, :5] if saved == "streams" else state["ensemble"][saved] + 1000
+    with pytest.raises(engine.DamagedState, match=saved):
         engine.Ensemble(build.job(cfg), runs).load_state_dict(state["ensemble"])
+
+
+# ---------------------------------------------------------------- random draws in the forward
+RANDOM = ["model=custom", f"model.target={Path(__file__).parent / 'random_net.py'}:Dropout"]
+
+
+@pytest.mark.parametrize("batched", ["true", "false"])
+@pytest.mark.parametrize("runs", [[Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1), Run(log2_lr=-5, seed=0)],
+                                  [Run(log2_lr=-6, seed=3), Run(log2_lr=-5, seed=3)]], ids=["two seeds", "one seed"])
+def test_dropout_draws_each_runs_masks_as_a_plain_loop_seeded_with_its_seed(runs, batched):
+    """Each run's dropout masks (and so its BatchNorm statistics) are those of a plain loop that calls
+    torch.manual_seed(seed) and then builds the module: batched (the runs of each seed under vmap at
+    once) or one at a time. Before, every run drew from torch's global generator, wherever the process
+    had left it: no run repeated, and none was its plain loop's."""
+    from tests.random_net import Dropout
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return Dropout(24, (32,), 10)
+
+    state = torch.get_rng_state()
+    ens = ensemble(*RANDOM, f"engine.batched={batched}", "optim=adam", "train.dtype=float64", f"train.steps={STEPS}",
+                   runs=runs)
+    trained_alike(ens, make)
+    assert ens.model.random
+    torch.set_rng_state(state)
+
+
+@pytest.mark.parametrize("batched", ["true", "false"])
+def test_a_forward_that_first_draws_after_its_first_step_stops_in_one_line(batched):
+    """Its first step showed no draw, so its runs were not given streams: it stops at the step that draws,
+    rather than draw every run's masks from wherever torch's global generator is."""
+    ens = ensemble(RANDOM[0], RANDOM[1].replace(":Dropout", ":LateDropout"), f"engine.batched={batched}")
+    ens.step()
+    with pytest.raises(ConfigError) as e:
+        ens.step()
+    assert str(e.value) == (f"{RANDOM[1].replace(':Dropout', ':LateDropout')}: its forward draws random numbers at "
+                            "some steps and not at its first, so its runs' draws cannot each follow their own seed; "
+                            "draw them at every step (dropout of rate 0 draws none)")
 
 
 @pytest.mark.parametrize("name, says", [

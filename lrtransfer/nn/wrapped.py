@@ -128,7 +128,8 @@ class Custom(Module):
                  input_shape: tuple[int, ...], output_dim: int, output: str = "",
                  attention_scale: Callable[[int], float] | None = None, scaled_modules: list[str] = (),
                  explain: Callable[[Exception, int], str | None] | None = None,
-                 own: Callable[[int], dict[str, Tensor]] | None = None, own_ratios: dict[str, float] | None = None) -> None:
+                 own: Callable[[int], dict[str, Tensor]] | None = None, own_ratios: dict[str, float] | None = None,
+                 stream: Callable[[int, torch.device], Tensor] | None = None) -> None:
         super().__init__()
         self.runs, self.target, self.input_ndim, self.output_dim = runs, target, len(input_shape), output_dim
         self.output = output
@@ -181,6 +182,11 @@ class Custom(Module):
         self.attention = _attention_like(net)
         self.unused: list[str] | None = None  # the trained tensors the first training forward did not use: `_said`
         self.reached: set[tuple[str, int]] | None = None  # (name, run) the last backward reached, runs one at a time
+        # Random draws in the forward (dropout): each run from its own stream of torch's generator, the
+        # state a plain loop's generator has once seeded with the run's seed and the module built
+        # (`stream`: (seed, device) -> that state); random: whether the forward draws (None: not seen yet)
+        self.stream, self.random, self.streams = stream, None, None
+        self.seeds = [0] * runs  # each run's seed (`draw_own_init`)
 
     @property
     def frozen_source(self) -> str:
@@ -188,7 +194,9 @@ class Custom(Module):
 
     def draw_own_init(self, seed: int | None, runs: Sequence[int] = ()) -> None:
         """Hand each atom the module's own init of its tensors for `seed` (model.init=own), and put the
-        frozen tensors of that seed's build in `runs`; None: forget them."""
+        frozen tensors of that seed's build in `runs`; None: forget them. Each run's seed is kept (`seeds`)."""
+        for k in runs:
+            self.seeds[k] = seed
         if self.own is None:
             return
         values = self.own(seed) if seed is not None else {}
@@ -271,7 +279,8 @@ class Custom(Module):
             if watch:
                 for n, t in mine.items():
                     t.register_hook(functools.partial(self._reached_by, n, k))
-            ys.append(self._call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k]))
+            with self._in_stream([k], x.device):
+                ys.append(self._call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k]))
         return ys[0].unsqueeze(0) if self.runs == 1 else torch.stack(ys)
 
     def _reached_by(self, name: str, k: int, grad: Tensor) -> None:
@@ -294,9 +303,98 @@ class Custom(Module):
         return out
 
     def _vmap(self, params: dict, buffers: dict, x: Tensor, shared: bool) -> Tensor:
-        with plain_attention(x.device):
-            return torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness="different")(
-                params, buffers, x)
+        """The runs under vmap; a forward that draws random numbers, the runs of each seed at once,
+        each seed's from its stream: vmap's `same` randomness draws each run's numbers as that run
+        alone draws them."""
+        if x.device.type == "meta" or self.streams is None:
+            # a module seen not to draw at its first forward is held to it ("error")
+            return self._vmapped(params, buffers, x, shared, "error" if self.random is False else "different")
+        if self.random is None:  # the first forward: all runs at once, unless it draws
+            saved = {n: b.clone() for n, b in buffers.items()}
+            try:
+                return self._vmapped(params, buffers, x, shared, "error")
+            except RuntimeError as e:
+                if "randomness error mode" not in str(e):
+                    raise
+            with torch.no_grad():  # what it updated in place before it drew, as it was
+                for n, b in buffers.items():
+                    b.copy_(saved[n])
+        groups = [[k for k, s in enumerate(self.seeds) if s == seed] for seed in dict.fromkeys(self.seeds)]
+        if len(groups) == 1:
+            with self._in_stream(groups[0], x.device):
+                return self._vmapped(params, buffers, x, shared, "same")
+        ys = []
+        for runs in groups:  # a copy of the group's tensors; the buffers it updates in place are copied back
+            idx = torch.tensor(runs, device=x.device)
+            mine = {n: b.index_select(0, idx) for n, b in buffers.items()}
+            with self._in_stream(runs, x.device):
+                ys.append(self._vmapped({n: p.index_select(0, idx) for n, p in params.items()}, mine,
+                                        x if shared else x.index_select(0, idx), shared, "same"))
+            with torch.no_grad():
+                for n, b in buffers.items():
+                    b.index_copy_(0, idx, mine[n])
+        order = torch.tensor([k for runs in groups for k in runs], device=x.device).argsort()
+        return torch.cat(ys).index_select(0, order)
+
+    def _vmapped(self, params: dict, buffers: dict, x: Tensor, shared: bool, randomness: str) -> Tensor:
+        try:
+            with plain_attention(x.device):
+                return torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness=randomness)(
+                    params, buffers, x)
+        except RuntimeError as e:
+            if "randomness error mode" not in str(e) or self.random is None:
+                raise
+            raise self._draws_late() from None
+
+    def _draws_late(self) -> ConfigError:
+        return ConfigError(f"model.target={self.target}: its forward draws random numbers at some steps and not at its "
+                           "first, so its runs' draws cannot each follow their own seed; draw them at every step "
+                           "(dropout of rate 0 draws none)")
+
+    # ---- random draws: each run's from its own stream
+    @contextlib.contextmanager
+    def _in_stream(self, runs: list[int], device: torch.device):
+        """torch's generator at the stream of `runs` (runs of one seed, which draw alike) while the
+        forward draws, its state then kept as theirs; the global generator left as it was."""
+        if self.streams is None or device.type == "meta":
+            yield
+            return
+        with torch.random.fork_rng(devices=_cuda(device)):
+            set_rng_state(self.streams[runs[0]], device)
+            yield
+            state = rng_state(device)
+        for k in runs:
+            self.streams[k] = state
+
+    def _open_streams(self, x: Tensor) -> list[Tensor] | None:
+        """At the first forward (not on the meta device): each run's stream, which that forward draws
+        from as every later one of a module that draws will; the streams as they were before it."""
+        if self.random is not None or self.stream is None or x.device.type == "meta":
+            return None
+        first = {seed: self.stream(seed, x.device) for seed in dict.fromkeys(self.seeds)}
+        self.streams = [first[seed] for seed in self.seeds]
+        return list(self.streams)
+
+    def _close_streams(self, before: list[Tensor] | None) -> None:
+        """After the first forward: whether it drew (a stream moved); a module that did not runs
+        with no streams from then on, each seed's runs no longer apart."""
+        if before is not None:
+            self.random = any(not torch.equal(a, b) for a, b in zip(before, self.streams))
+            self.streams = self.streams if self.random else None
+
+    def takes_streams(self, streams, device: torch.device) -> bool:
+        """Whether a checkpoint's `streams` are a state of torch's generator on `device` for each run."""
+        if self.stream is None or not isinstance(streams, Tensor) or streams.dtype != torch.uint8:
+            return False
+        if streams.dim() != 2 or tuple(streams.shape) != (self.runs, rng_state(device).numel()):
+            return False
+        n = torch.get_rng_state().numel()
+        try:  # the CPU's part is checked by torch (a damaged one is refused); a GPU's is a seed and an offset
+            for s in streams:
+                torch.Generator().set_state(s[:n].clone())
+        except RuntimeError:
+            return False
+        return True
 
     def forward(self, x: Tensor) -> Tensor:
         shared = x.dim() == self.input_ndim + 1
@@ -304,20 +402,27 @@ class Custom(Module):
             with torch.enable_grad():  # with the graph recorded (meta tensors have one): logits none reaches are seen
                 return self._on_meta(*self._tensors(), x, shared)
         params, buffers = self._tensors()
+        before = self._open_streams(x)
         watch = self.runs > 1 and torch.is_grad_enabled()
         self.reached = None
         if self.runs == 1 or not self.batched:
+            held = rng_state(x.device) if self.random is False else None  # a module seen not to draw is held to it
             y = self._loop(params, buffers, x, shared, watch)
+            if held is not None and not torch.equal(held, rng_state(x.device)):
+                raise self._draws_late()
         else:
             try:
                 y = self._vmap(params, buffers, x, shared)
             except ConfigError:
                 raise
             except Exception as e:
+                if before is not None:  # what vmap drew before it stopped is drawn again
+                    self.streams = list(before)
                 y = self._loop(params, buffers, x, shared, watch)  # raises if the module cannot run at all
                 self.batched = False
                 warn(f"model.target={self.target}: vmap cannot run it (it stops at {stopped_at(e)}); "
                      f"its {self.runs} runs go one at a time")
+        self._close_streams(before)
         if self.own_loss and not self.told:
             self.told = True
             warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
@@ -531,6 +636,23 @@ class AttentionScale(TorchFunctionMode):
             kwargs = {**kwargs, "scale": d**-0.5 * self.model.attention_scale(d)}
             self.model.sdpa_calls += 1
         return func(*args, **kwargs)
+
+
+def _cuda(device: torch.device) -> list:
+    return [device] if device.type == "cuda" else []
+
+
+def rng_state(device: torch.device) -> Tensor:
+    """torch's generator state: the CPU's, and on a GPU its own after it."""
+    cpu = torch.get_rng_state()
+    return torch.cat([cpu, torch.cuda.get_rng_state(device)]) if device.type == "cuda" else cpu
+
+
+def set_rng_state(state: Tensor, device: torch.device) -> None:
+    n = torch.get_rng_state().numel()
+    torch.set_rng_state(state[:n])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state[n:], device)
 
 
 def _strip(net: nn.Module) -> None:

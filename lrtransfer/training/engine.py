@@ -256,7 +256,8 @@ class Ensemble:
         train, t = self.train, self.step_index
         x, y = _batch(self.task, self.gens, self.seed_index, train.batch_size)
         factor = lr_factor(train.schedule.value, t, self.steps, train.warmup_steps)
-        if self.graphed is not None and self.uses is not None:  # a step that skips a tensor is not replayed (`skips`)
+        # a step that skips a tensor is not replayed (`skips`), nor one that sets each run's stream of random draws
+        if self.graphed is not None and (self.uses is not None or getattr(self.model, "random", None)):
             self.graphed = None
         if self.graphed is not None:  # what the graph reads, written on the device; then the step
             self.factor.fill_(factor)
@@ -332,6 +333,8 @@ class Ensemble:
             "checked": self.checked,
             "param": self.param.state_dict(),
             "uses": None if self.uses is None else self.uses.clone(),
+            # each run's stream of random draws (a user's dropout), once its forward has drawn
+            "streams": None if getattr(self.model, "streams", None) is None else torch.stack(self.model.streams),
         }
 
     @torch.no_grad()
@@ -357,6 +360,8 @@ class Ensemble:
         self.history.copy_(state["history"])
         self.param.load_state_dict(_to(state["param"], self.device))
         self.uses = None if state.get("uses") is None else state["uses"].clone()
+        if state.get("streams") is not None:
+            self.model.random, self.model.streams = True, [s.clone() for s in state["streams"]]
         self.step_index = self.reported = state["step_index"]
         self.checked = state["checked"]
 
@@ -429,6 +434,10 @@ class Ensemble:
         require(uses is None or (self.skipping and is_tensor_like(uses, torch.zeros(len(self.tensors), K, dtype=torch.long))
                                  and bool(((uses >= 0) & (uses <= step)).all())),
                  f"uses {described(uses)} is not the steps of use of {len(self.tensors)} tensors in [0, {step}]")
+        streams = state.get("streams")
+        takes = getattr(self.model, "takes_streams", None)
+        require(streams is None or (takes is not None and takes(streams, self.device)),
+                 f"streams {described(streams)} is not {K} states of torch's generator")
 
     def results(self) -> list[RunResult]:
         return results_of(self.train, self.runs, self.task, self.model, self.history, self.alive, self.diverged_step)

@@ -24,6 +24,7 @@ init its module gave it at seed 0).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -36,7 +37,7 @@ from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import (BRANCH_OUTPUTS, assign_roles, find_branch_outputs, find_queries, find_readout,
                                  layers_of)
-from lrtransfer.nn.wrapped import Custom
+from lrtransfer.nn.wrapped import Custom, rng_state
 from lrtransfer.options.model.own_init import OwnInit, seeded
 from lrtransfer.options.model.sources import source_hash
 from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
@@ -156,7 +157,16 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
                   output_dim=output_dim, output=options.output, attention_scale=scale,
                   scaled_modules=scale_attention(net, scale), explain=context_failure(target, layers, output_dim, fields),
-                  own=own.values if own else None, own_ratios=ratios)
+                  own=own.values if own else None, own_ratios=ratios, stream=functools.partial(stream, make, width))
+
+
+def stream(make, width: int, seed: int, device: torch.device) -> torch.Tensor:
+    """The state of torch's generator (the CPU's, and `device`'s on a GPU) where a plain loop's
+    forward starts drawing (dropout): seeded with `seed`, then the module built."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        make(width)
+        return rng_state(device)
 
 
 def branches(layers, pattern: str, param, target: str) -> None:
