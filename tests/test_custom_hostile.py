@@ -362,6 +362,24 @@ def test_a_forward_that_first_draws_after_its_first_step_stops_in_one_line(batch
                             "draw them at every step (dropout of rate 0 draws none)")
 
 
+def test_a_module_that_cannot_be_built_on_the_meta_device_trains_as_a_plain_loop():
+    """torch's orthogonal parametrization reads its weight as it is registered, which the meta device
+    (where the roles are read at twice the width, and a sweep checks every job before training) cannot:
+    such a module is built there on the CPU. It was refused: 'raised when built (width=48 depth=3):
+    RuntimeError: Tensor.item() cannot be called on meta tensors'."""
+    from tests.parametrized_net import Orthogonal
+
+    over = ["model=custom", f"model.target={Path(__file__).parent / 'parametrized_net.py'}:Orthogonal"]
+    memory.check_fits(build.job(typed(*SMALL, *over)), "here")
+    build.check(build.job(typed(*SMALL, *over)))
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return Orthogonal(24, (32,), 10)
+
+    trained_alike(ensemble(*over, "train.dtype=float64", f"train.steps={STEPS}"), make)
+
+
 @pytest.mark.parametrize("name, says", [
     ("IntLogits", "IntLogits gives logits of dtype int64; logits must be floating point"),
     ("Detached", "Detached gives logits that no trained parameter reaches"),

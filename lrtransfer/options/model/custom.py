@@ -131,9 +131,10 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     fn = load(target)
     given = dict(width=width, depth=depth, input_shape=tuple(input_shape), output_dim=output_dim)
     make = lambda w: construct(fn, options, **{**given, "width": w})  # noqa: E731
-    net = seeded(lambda: make(width), 0)  # seed 0's own init (and, under model.init=torch, that of tensors outside a layer)
-    with torch.device("meta"):
-        other = make(2 * width)
+    # seed 0's own init (and, under model.init=torch, that of tensors outside a layer); on the meta device
+    # in a check before any training
+    net = on_meta(make, width) if torch.get_default_device().type == "meta" else seeded(lambda: make(width), 0)
+    other = on_meta(make, 2 * width)
     layers = layers_of(net)
     shapes = {n: p.shape for n, p in net.named_parameters()}
     assign_roles(layers, shapes, {n: p.shape for n, p in other.named_parameters()}, target)
@@ -167,6 +168,18 @@ def stream(make, width: int, seed: int, device: torch.device) -> torch.Tensor:
         torch.manual_seed(seed)
         make(width)
         return rng_state(device)
+
+
+def on_meta(make, width: int):
+    """make(width) on the meta device (no memory); a module that cannot be built there (one that reads a
+    value as it is built: torch's orthogonal parametrization) is built on the CPU, under seed 0, and
+    moved there."""
+    try:
+        with torch.device("meta"):
+            return make(width)
+    except ConfigError:
+        with torch.device("cpu"):
+            return seeded(lambda: make(width), 0).to("meta")
 
 
 def branches(layers, pattern: str, param, target: str) -> None:
@@ -204,8 +217,7 @@ def at_base(own: OwnInit | None, make, layers, base_width: int) -> dict[str, flo
     device (the check before training) only whether the module can be built there."""
     try:
         if own is None:
-            with torch.device("meta"):
-                make(base_width)
+            on_meta(make, base_width)
             return None
         return own.base_ratios(layers, base_width)
     except ConfigError as e:
