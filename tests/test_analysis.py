@@ -537,3 +537,16 @@ def test_one_seeds_intervals_hold_its_optimum_95_percent_of_the_time():
             lo, hi = np.quantile(resampled[i], (0.025, 0.975))
             hit += lo <= o <= hi
     assert 0.88 <= hit / 200 <= 0.98, hit / 200
+
+
+def test_a_resampled_curve_diverges_wherever_a_seed_it_drew_diverged(tmp_path):
+    """Four seeds with their optimum at -5, three of them diverging above -6: the mean curve's optimum
+    is -6 (next to divergence), and so is every resample's that draws one of the three; only a resample
+    of seed 0 alone, 1 in 256, finds -5, too rare to reach the 95% interval, which is [-6, -6]. (A
+    resample that averaged over the seeds still finite there would find -5 in 2 of 3.)"""
+    for seed in range(4):
+        fake_record(tmp_path, width=64, seed=seed, optimum=-5.0, diverge_above=None if seed == 0 else -6)
+        fake_record(tmp_path, width=128, seed=seed, optimum=-7.0)
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.best_log2_lr[0] == -6 and g.optimum[0] == analysis.NEAR_DIVERGENCE
+    assert g.best_log2_lr_ci[0] == pytest.approx([-6.0, -6.0])
