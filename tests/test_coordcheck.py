@@ -88,3 +88,21 @@ def test_the_figure_names_a_zero_layer_and_keeps_its_legend_off_the_lines():
     box = legend.get_window_extent(renderer)
     assert all(not box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
     plt.close(fig)
+
+
+def small(*over, seeds=1):
+    cfgs = compose(["width=32,64", "depth=3", "engine.device=cpu", *over], default_widths=list(coordcheck.DEFAULT_WIDTHS))
+    return coordcheck.measure(cfgs, steps=2, seeds=seeds).values
+
+
+def test_each_width_is_the_mean_over_its_seeds_at_a_constant_lr_whatever_the_schedule():
+    """Seeds 0 and 1 measured together are the mean of each measured alone (one run per seed, each
+    value a mean over the run's batch and units); a schedule and warmup in the config change nothing,
+    the check's LR being constant."""
+    together, first, second = small(seeds=2), small(), small("seed=1")
+    assert first != second
+    for layer, steps in together.items():
+        for t, values in enumerate(steps):
+            want = [(a + b) / 2 for a, b in zip(first[layer][t], second[layer][t])]
+            assert values == pytest.approx(want, rel=1e-5), (layer, t)
+    assert small("train.schedule=cosine", "train.warmup_steps=2", "train.steps=3") == first
