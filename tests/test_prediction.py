@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -47,11 +48,12 @@ def test_the_scatter_interval_covers_a_new_optimum_95_percent_of_the_time(x0):
         assert hit_mean / n < 0.85
 
 
-def test_the_bootstrap_interval_covers_a_new_optimum_95_percent_of_the_time():
+@pytest.mark.parametrize("x0", [7.5, 12.0])  # where the new optimum's own deviation is most of it, and beyond
+def test_the_bootstrap_interval_covers_a_new_optimum_95_percent_of_the_time(x0):
     """Resampled optima that scatter as a re-measurement would (the ideal bootstrap): the resampled line
     plus one resampled optimum's own deviation covers a new optimum 95% of the time."""
     rng = np.random.default_rng(1)
-    a, b, sd, n, x0 = -4.0, -0.5, 0.3, 1000, 12.0
+    a, b, sd, n = -4.0, -0.5, 0.3, 1000
     hit = 0
     for _ in range(n):
         y = a + b * X + rng.normal(0, sd, X.size)
@@ -261,3 +263,29 @@ def test_optima_that_bend_are_flagged_and_a_straight_line_is_not(tmp_path):
     p = prediction.predict(straight, 4096)
     assert not [w for w in p.warnings if "bend" in w]
     assert p.model == "parabola" and p.log2_lr_interval[0] <= -6 - 0.5 * 6 <= p.log2_lr_interval[1]
+
+
+def test_the_wider_of_the_two_intervals_is_given():
+    """The scatter of the optima about the line sees what a bootstrap misses (a seed's shift shared by
+    all its LRs), the bootstrap what four optima cannot show: the prediction gives the wider of the two."""
+    rng = np.random.default_rng(5)
+    line = -4.0 - 0.5 * X
+    scattered = line + np.array([0.3, -0.3, -0.3, 0.3])  # off the line; resampled optima hardly move
+    straight = line + np.array([0.01, -0.01, -0.01, 0.01])  # on it; resampled optima spread
+    for y, spread, wider in ((scattered, 0.01, "least squares"), (straight, 0.3, "bootstrap")):
+        fit = SimpleNamespace(x=X, y=y, resampled=y + rng.normal(0, spread, (1000, X.size)))
+        _, lo, hi, method = prediction.optimum_interval(fit, 12.0, np.random.default_rng(0))
+        both = [prediction.residual_interval(X, y, 12.0),
+                prediction.bootstrap_interval(X, y, fit.resampled, 12.0, np.random.default_rng(0))]
+        assert method.startswith(wider) and [lo, hi] == pytest.approx(max(both, key=lambda i: i[1] - i[0]))
+
+
+def test_the_curvature_interval_excludes_zero_for_5_percent_of_straight_truths():
+    """As the docstring of `curvature` says: t with n - 3 degrees of freedom. 4000 straight studies of
+    five scales: 4% to 6% (3 standard errors)."""
+    rng = np.random.default_rng(6)
+    n, out = 4000, 0
+    for _ in range(n):
+        _, (lo, hi), _, _ = prediction.curvature(X5, -4.0 - 0.5 * X5 + rng.normal(0, 0.1, X5.size), 12.0)
+        out += lo > 0 or hi < 0
+    assert 0.04 <= out / n <= 0.06, out / n
