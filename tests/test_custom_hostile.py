@@ -350,6 +350,41 @@ def test_dropout_draws_each_runs_masks_as_a_plain_loop_seeded_with_its_seed(runs
 
 
 @pytest.mark.parametrize("batched", ["true", "false"])
+def test_the_held_out_loss_is_scored_in_eval_mode_as_a_plain_loop_scores_it(batched):
+    """Held-out data is scored with the module in eval mode (no dropout, BatchNorm's running statistics),
+    as nanoGPT's estimate_loss and transformers' Trainer score it; each run as its own plain loop's module
+    after its training, and the buffers left as training left them. Before, it was scored in training
+    mode: dropout on, and BatchNorm normalising each held-out chunk by its own statistics."""
+    from tests.random_net import Dropout
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return Dropout(24, (32,), 10)
+
+    state = torch.get_rng_state()
+    runs = [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1)]
+    ens = ensemble(*RANDOM, f"engine.batched={batched}", "optim=adam", "train.dtype=float64",
+                   f"train.steps={STEPS}", runs=runs)
+    start = {n: t.clone() for n, t in held(ens).items()}
+    for _ in range(ens.steps):
+        ens.step()
+    trained = {n: t.clone() for n, t in held(ens).items()}
+    results = ens.results()
+    x, y = ens.task.eval_set()
+    for k, run in enumerate(runs):
+        net = make(run.seed).double()
+        with torch.no_grad():
+            for n, t in [*net.named_parameters(), *net.named_buffers()]:
+                t.copy_(trained[n][k])
+            want = ens.task.losses(net.eval()(x).unsqueeze(0), y)[0].item()
+        assert results[k].eval_loss == pytest.approx(want, rel=1e-12, abs=0)
+    for n, t in held(ens).items():  # scoring changed nothing training keeps
+        assert torch.equal(t, trained[n]), n
+    assert ens.model.training and any(not torch.equal(start[n], trained[n]) for n in start)
+    torch.set_rng_state(state)
+
+
+@pytest.mark.parametrize("batched", ["true", "false"])
 def test_a_forward_that_first_draws_after_its_first_step_stops_in_one_line(batched):
     """Its first step showed no draw, so its runs were not given streams: it stops at the step that draws,
     rather than draw every run's masks from wherever torch's global generator is."""

@@ -6,6 +6,7 @@ when it diverged, and its loss curve thinned to `train.history_points`.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,7 @@ def results_of(train, runs, task: Task, model, history: Tensor, alive: Tensor, d
     eval_loss = eval_acc = None
     ev = task.eval_set()
     if ev is not None:
-        with precision(train.dtype.value, history.device):
+        with precision(train.dtype.value, history.device), _eval_mode(model):
             eval_loss, eval_acc = _evaluate(model, task, *ev)
     keep = sorted(set(torch.linspace(0, steps - 1, min(steps, train.history_points)).round().long().tolist()))
 
@@ -72,6 +73,19 @@ def results_of(train, runs, task: Task, model, history: Tensor, alive: Tensor, d
             )
         )
     return out
+
+
+@contextmanager
+def _eval_mode(model):
+    """The model in eval mode while held out data is scored, as a plain loop scores it (nanoGPT's
+    estimate_loss, transformers' Trainer): no dropout, BatchNorm's running statistics, neither
+    updated; the built-in models compute alike in both modes."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 def _evaluate(model, task: Task, x: Tensor, y: Tensor, predictions: int = 1024) -> tuple[Tensor, Tensor]:
