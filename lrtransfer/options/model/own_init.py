@@ -68,7 +68,8 @@ class OwnInit:
             if not torch.equal(value, again[name]):
                 raise ConfigError(f"model.target={self.target}: its own init is not the same twice under one seed "
                                   f"({name} differs): it draws from a generator other than torch's global one, "
-                                  f"which lrtransfer seeds per run; make it draw from torch's, {FIX}")
+                                  "which lrtransfer seeds per run, or leaves memory uninitialised (torch.empty, "
+                                  f"to_empty); make it draw from torch's, {FIX}")
         varied = [n for n, v in self.first.items() if v.numel() > 1 and bool((v != v.flatten()[0]).any())]
         same = [n for n in varied if torch.equal(self.first[n], other[n])]
         if same and len(same) == len(varied):
