@@ -205,3 +205,29 @@ def test_a_narrow_step_is_captured_and_replays_as_the_eager_step(model, dtype, c
         eager.step()
     # the same kernels; cuBLAS may pick another algorithm inside a capture, so not bit for bit
     torch.testing.assert_close(ens.history, eager.history, rtol=1e-2 if dtype == "bf16" else 1e-5, atol=0)
+
+
+@pytest.mark.parametrize("name", ["OddSteps", "EvenSteps", "ByBatch", "Dropout"])
+def test_a_custom_model_that_skips_or_draws_trains_alike_graphed_or_not(tmp_path, name):
+    """A CUDA graph replays a step's kernels without running the forward's Python: a user's module
+    that uses a parameter at some steps only (`training/skips.py`), or draws random numbers from
+    each run's stream (dropout), must train under engine.graphs=auto exactly as eagerly (float64,
+    to 1e-9), its steps no longer replayed once a skip or a draw was seen."""
+    from tests.test_custom_hostile import HOSTILE
+
+    if name == "Dropout":
+        target = f"{Path(__file__).resolve().parent / 'random_net.py'}:Dropout"
+    else:
+        (tmp_path / "hostile.py").write_text(HOSTILE)
+        target = f"{tmp_path / 'hostile.py'}:{name}"
+    over = ["model=custom", f"model.target={target}", "width=16", *SMALL, "engine.device=cuda",
+            "train.dtype=float64", "train.steps=12", "optim=adam"]
+    runs = [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1)]
+    trained = {}
+    for graphs in ("auto", "never"):
+        ens = trained[graphs] = engine.Ensemble(build.job(typed(*over, f"engine.graphs={graphs}")), runs)
+        while not ens.finished:
+            ens.step()
+    if name != "ByBatch":  # a skip or a draw at the first step: never replayed from then on
+        assert trained["auto"].graphed is None
+    torch.testing.assert_close(trained["auto"].history, trained["never"].history, rtol=1e-9, atol=0)
