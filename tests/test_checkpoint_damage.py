@@ -141,6 +141,8 @@ CASES = [
     ("param-nan-live", "spectral", _poke("ensemble", "param", "power", 0, "v", value=math.nan), "param"),
     ("param-short", "spectral", _set("ensemble", "param", "power", value=lambda p: p[:-1]), "param"),
     ("done-history-nan", "one-at-a-time", _set("done", 0, "history_loss", value=lambda h: [math.nan] * len(h)), "done"),
+    # a tensor where the runs' keys go: comparing them raised, and every re-run failed on it
+    ("chunks-key-tensor", "batched", _set("chunks", 0, 0, value=lambda k: (torch.tensor([k[0]] * 2), *k[1:])), "chunks holds"),
 ]
 
 
@@ -177,6 +179,20 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_runs_end_as_uninterrupted(tmp
     _said_once(capsys.readouterr().err, names)
     assert not path.exists()  # not there for the next re-run to fail on
     assert json.loads(json.dumps([run_record(r) for r in got])) == expected["runs"]
+
+
+@pytest.mark.parametrize("rerun", [torch.tensor([True, True]), torch.tensor([1.0]), [torch.ones(2)]])
+def test_a_checkpoint_whose_origin_holds_a_tensor_is_set_aside_by_a_rerun(tmp_path, capsys, made, rerun):
+    """A --rerun compares the saved origin with its own: a tensor there raised (a tensor of two
+    values has no truth value), so the job failed and kept the checkpoint to fail on again; one of
+    one value passed as equal, and the forged state was resumed."""
+    mine = {"rerun": True, "replaces": "ab", "versions": {"torch": str(torch.__version__)}}
+    path = tmp_path / "checkpoint.pt"
+    torch.save({**made["batched"][2], "origin": {**mine, "rerun": rerun}}, path)
+    capsys.readouterr()
+    assert FileCheckpoint(path, interval_s=0, origin=mine, only_own=True).load() is None
+    _said_once(capsys.readouterr().err, "damaged (origin holds")
+    assert not path.exists()
 
 
 PROBED = ["step_index-str", "step_index-negative", "step_index-float", "step_index-huge", "opt_t-str",

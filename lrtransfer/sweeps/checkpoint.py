@@ -55,6 +55,10 @@ class FileCheckpoint:
         if not isinstance(state, dict):
             self.reject(f"not a training state (a {type(state).__name__})")
             return None
+        forged = next((key for key in ("origin", "chunks") if not _plain(state.get(key))), None)
+        if forged:  # compared as plain values: a tensor there raised where compared, failing every re-run
+            self.reject(f"damaged ({forged} holds other than numbers, strings and containers of them)")
+            return None
         if self.only_own and state.get("origin") != self.origin:
             self.reject(f"{_other_origin(state.get('origin'), self.origin)}, and --rerun recomputes the job")
             return None
@@ -122,6 +126,15 @@ def _other_origin(saved, mine: dict) -> str:
     theirs = saved.get("versions") if isinstance(saved.get("versions"), dict) else {}
     differ = [f"{k} {theirs.get(k)}" for k, v in mine.get("versions", {}).items() if theirs.get(k) != v]
     return f"saved under other versions ({', '.join(differ) or 'unknown'})"
+
+
+def _plain(value) -> bool:
+    """Whether `value` is None, a number, a string, or a list, tuple or dict of such values."""
+    if isinstance(value, (list, tuple)):
+        return all(map(_plain, value))
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def _first_line(e: BaseException) -> str:
