@@ -202,6 +202,8 @@ def test_a_scale_further_past_the_measured_ones_than_they_span_is_refused(tmp_pa
     for at in (4097, 7.9):
         with pytest.raises(UserError, match=r"valid: 8 \.\. 4096"):
             prediction.predict(g, at)
+    with pytest.raises(UserError, match=r"4097 is 3\.0004 doublings past .* spans \(3 doublings\)"):
+        prediction.predict(g, 4097)  # it said "3 doublings past ..., further than it spans (3 doublings)"
     code, _, err = cli("predict", str(tmp_path), "--width", "1e29")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert (": --width 1e+29 is 87.3 doublings past the measured width range 64 .. 512, further than it spans "

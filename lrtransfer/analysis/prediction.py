@@ -108,10 +108,15 @@ def check_reach(g: Group, at: float, name: str = "the scale") -> None:
     span, x0 = hi - lo, math.log2(at)
     past = max(lo - x0, x0 - hi)
     if past > span + 1e-9:
-        raise UserError(f"group {g.label}: {name} {at:g} is {past:.3g} doublings past the measured {g.axis} range "
+        raise UserError(f"group {g.label}: {name} {at:g} is {_beyond(past, span)} doublings past the measured {g.axis} range "
                         f"{2**lo:g} .. {2**hi:g}, further than it spans ({span:.3g} doublings); valid: "
                         f"{2**(lo - span):g} .. {2**(hi + span):g} (measure a {'larger' if x0 > hi else 'smaller'} "
                         f"{g.axis} to reach further)")
+
+
+def _beyond(past: float, span: float) -> str:
+    """`past` to as many digits as show it more than `span` (3.0004 doublings past a span of 3, not 3)."""
+    return next(f"{past:.{p}g}" for p in range(3, 18) if f"{past:.{p}g}" != f"{span:.{p}g}")
 
 
 def predict_groups(groups: list[Group], at: float, axis: str | None = None, *, name: str = "the scale",
