@@ -142,7 +142,7 @@ CASES = [
     ("param-short", "spectral", _set("ensemble", "param", "power", value=lambda p: p[:-1]), "param"),
     ("done-history-nan", "one-at-a-time", _set("done", 0, "history_loss", value=lambda h: [math.nan] * len(h)), "done"),
     # a tensor where the runs' keys go: comparing them raised, and every re-run failed on it
-    ("chunks-key-tensor", "batched", _set("chunks", 0, 0, value=lambda k: (torch.tensor([k[0]] * 2), *k[1:])), "chunks holds"),
+    ("chunks-key-tensor", "batched", _set("chunks", 0, 0, value=lambda k: (torch.tensor([k[0]] * 2), *k[1:])), "chunks is not"),
 ]
 
 
@@ -181,17 +181,35 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_runs_end_as_uninterrupted(tmp
     assert json.loads(json.dumps([run_record(r) for r in got])) == expected["runs"]
 
 
-@pytest.mark.parametrize("rerun", [torch.tensor([True, True]), torch.tensor([1.0]), [torch.ones(2)]])
-def test_a_checkpoint_whose_origin_holds_a_tensor_is_set_aside_by_a_rerun(tmp_path, capsys, made, rerun):
+def _holding_itself() -> list:
+    loop: list = []
+    loop.append(loop)
+    return loop
+
+
+def _many_times_over() -> list:
+    """1000^6 values in a few kB: one list held 1000 times by the next, six times over."""
+    x = [1]
+    for _ in range(6):
+        x = [x] * 1000
+    return x
+
+
+@pytest.mark.parametrize("rerun", [torch.tensor([True, True]), torch.tensor([1.0]), [torch.ones(2)], _holding_itself(),
+                                   _many_times_over()],
+                         ids=["tensor", "one-value", "in-list", "list-holding-itself", "list-many-times-over"])
+def test_a_checkpoint_whose_origin_is_not_plain_values_is_set_aside_by_a_rerun(tmp_path, capsys, made, rerun):
     """A --rerun compares the saved origin with its own: a tensor there raised (a tensor of two
     values has no truth value), so the job failed and kept the checkpoint to fail on again; one of
-    one value passed as equal, and the forged state was resumed."""
+    one value passed as equal, and the forged state was resumed. What it may hold is checked without
+    recursion: a list holding itself (or nested past Python's stack) raised RecursionError; and
+    within a bound: one list held many times over took for ever."""
     mine = {"rerun": True, "replaces": "ab", "versions": {"torch": str(torch.__version__)}}
     path = tmp_path / "checkpoint.pt"
     torch.save({**made["batched"][2], "origin": {**mine, "rerun": rerun}}, path)
     capsys.readouterr()
     assert FileCheckpoint(path, interval_s=0, origin=mine, only_own=True).load() is None
-    _said_once(capsys.readouterr().err, "damaged (origin holds")
+    _said_once(capsys.readouterr().err, "damaged (origin is not")
     assert not path.exists()
 
 

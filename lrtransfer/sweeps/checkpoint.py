@@ -57,7 +57,7 @@ class FileCheckpoint:
             return None
         forged = next((key for key in ("origin", "chunks") if not _plain(state.get(key))), None)
         if forged:  # compared as plain values: a tensor there raised where compared, failing every re-run
-            self.reject(f"damaged ({forged} holds other than numbers, strings and containers of them)")
+            self.reject(f"damaged ({forged} is not a few numbers and strings in shallow containers)")
             return None
         if self.only_own and state.get("origin") != self.origin:
             self.reject(f"{_other_origin(state.get('origin'), self.origin)}, and --rerun recomputes the job")
@@ -128,13 +128,21 @@ def _other_origin(saved, mine: dict) -> str:
     return f"saved under other versions ({', '.join(differ) or 'unknown'})"
 
 
-def _plain(value) -> bool:
-    """Whether `value` is None, a number, a string, or a list, tuple or dict of such values."""
-    if isinstance(value, (list, tuple)):
-        return all(map(_plain, value))
-    if isinstance(value, dict):
-        return all(_plain(k) and _plain(v) for k, v in value.items())
-    return value is None or isinstance(value, (bool, int, float, str))
+def _plain(value, depth: int = 8, most: int = 10**6) -> bool:
+    """Whether `value` is None, a number, a string, or lists, tuples and dicts of such values nested
+    at most `depth` deep, `most` values in all: walked without recursion, as a forged file may nest
+    them past Python's stack, hold a list that holds itself, or one list many times over (a few
+    bytes that compare or print for ever)."""
+    todo = [(value, 0)]
+    while todo and most > 0:
+        (v, d), most = todo.pop(), most - 1
+        if isinstance(v, (list, tuple, dict)):
+            if d == depth:
+                return False
+            todo += [(x, d + 1) for x in ([*v, *v.values()] if isinstance(v, dict) else v)]
+        elif not (v is None or isinstance(v, (bool, int, float, str))):
+            return False
+    return not todo
 
 
 def _first_line(e: BaseException) -> str:
