@@ -283,3 +283,21 @@ def test_the_plan_does_not_count_steps_a_damaged_checkpoint_claims(cli, tmp_path
     code, out, err = cli("sweep", "--plan", *JOB, *VARIANTS["batched"], f"results_dir={tmp_path}", "name=s")
     assert code == 0, err
     assert re.search(rf"missing .* {K * STEPS} run-steps\s+{record.parent.name}", out), out
+
+
+def test_the_plan_reads_no_more_of_a_checkpoint_than_a_job_could_have_saved(tmp_path):
+    """A few kB that hold one list many times over: the plan made a tuple of each of its 10^6 keys
+    (hundreds of MB; a level more, out of memory) before finding they were not the job's."""
+    import tracemalloc
+
+    from lrtransfer.sweeps.checkpoint import steps_done
+
+    chunk = [[-8.0, 0, "x", 1.0, "y", 2.0, "z", 3.0, "w", 4.0]] * 1000
+    torch.save({"chunks": [chunk] * 1000, "chunk": 0, "done": [], "ensemble": {"step_index": 0}}, tmp_path / "c.pt")
+    tracemalloc.start()
+    try:
+        assert steps_done(tmp_path / "c.pt", [], STEPS) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, peak

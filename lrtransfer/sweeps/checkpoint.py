@@ -109,6 +109,8 @@ def steps_done(path: Path, runs: list, steps: int, only: dict | None = None) -> 
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        if not _plain(state["chunks"]):  # as `FileCheckpoint.load` would set it aside
+            return None
         saved = [tuple(key) for chunk in state["chunks"] for key in chunk]
         if saved != [engine.run_key(r) for r in runs] or (only is not None and state.get("origin") != only):
             return None
