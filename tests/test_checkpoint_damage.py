@@ -141,6 +141,10 @@ CASES = [
     ("param-nan-live", "spectral", _poke("ensemble", "param", "power", 0, "v", value=math.nan), "param"),
     ("param-short", "spectral", _set("ensemble", "param", "power", value=lambda p: p[:-1]), "param"),
     ("done-history-nan", "one-at-a-time", _set("done", 0, "history_loss", value=lambda h: [math.nan] * len(h)), "done"),
+    # one list held many times over: a few kB on disk, megabytes as text (gigabytes, 1000^3 of them:
+    # the job was killed for memory writing its reason); the reason shows a few items
+    ("diverged_step-many-times-over", "batched", _ens("diverged_step", [[[1.0] * 100] * 100] * 100), "diverged_step"),
+    ("step_index-many-times-over", "batched", _ens("step_index", [[[1] * 100] * 100] * 100), "step_index"),
     # a tensor where the runs' keys go: comparing them raised, and every re-run failed on it
     ("chunks-key-tensor", "batched", _set("chunks", 0, 0, value=lambda k: (torch.tensor([k[0]] * 2), *k[1:])), "chunks is not"),
 ]
@@ -163,6 +167,7 @@ def _said_once(err: str, names: str) -> None:
     warnings = [line for line in err.splitlines() if "ignoring checkpoint" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "the job starts afresh" in warnings[0], err
     assert names in warnings[0], warnings  # the reason names the field
+    assert len(warnings[0]) < 1000, warnings[0][:300]  # one line, whatever the file holds
     assert "Traceback" not in err
 
 

@@ -48,7 +48,7 @@ from lrtransfer.training.memory import chunk_size
 from lrtransfer.training.precision import autocast, matmul_copies, matmul_precision
 from lrtransfer.training.results import RunResult, results_of
 from lrtransfer.training.saved_state import (
-    DamagedState, check_finished, described, finite_for, is_int, is_tensor_like, require, tensors_in,
+    DamagedState, brief, check_finished, described, finite_for, is_int, is_tensor_like, require, tensors_in,
 )
 from lrtransfer.training.schedule import lr_factor
 
@@ -144,9 +144,9 @@ def steps_done(state: dict, steps: int) -> int:
     could have done raises `DamagedState`: a plan must not count a saving the job will not get
     (its resume rejects that state, `check_state`)."""
     chunks, chunk, step = state["chunks"], state["chunk"], state["ensemble"]["step_index"]
-    require(is_int(chunk) and 0 <= chunk < len(chunks), f"chunk={chunk!r} is not one of {len(chunks)}")
+    require(is_int(chunk) and 0 <= chunk < len(chunks), f"chunk={brief(chunk)} is not one of {len(chunks)}")
     require(len(state["done"]) == sum(map(len, chunks[:chunk])), f"{len(state['done'])} finished runs before chunk {chunk}")
-    require(is_int(step) and 0 <= step <= steps, f"step_index={step!r} is not a step of a {steps}-step job")
+    require(is_int(step) and 0 <= step <= steps, f"step_index={brief(step)} is not a step of a {steps}-step job")
     return len(state["done"]) * steps + step * len(chunks[chunk])
 
 
@@ -167,7 +167,7 @@ def _resume(checkpoint: Checkpointer | None, key: list, make: Callable[[int], En
         return None
     try:
         start = saved["chunk"]
-        require(is_int(start) and 0 <= start < len(key), f"chunk={start!r} is not one of the job's {len(key)}")
+        require(is_int(start) and 0 <= start < len(key), f"chunk={brief(start)} is not one of the job's {len(key)}")
         ens = make(start)
         done = check_finished(saved["done"], [k for chunk in key[:start] for k in chunk], ens.steps)
         ens.load_state_dict(saved["ensemble"])
@@ -378,19 +378,19 @@ class Ensemble:
         """
         K, steps = self.K, self.steps
         step, checked, t = state["step_index"], state["checked"], state["opt_t"]
-        require(is_int(step) and 0 <= step <= steps, f"step_index={step!r} is not a step of a {steps}-step job")
-        require(is_int(checked) and 0 <= checked <= step, f"checked={checked!r} is not a step in [0, step_index={step}]")
+        require(is_int(step) and 0 <= step <= steps, f"step_index={brief(step)} is not a step of a {steps}-step job")
+        require(is_int(checked) and 0 <= checked <= step, f"checked={brief(checked)} is not a step in [0, step_index={step}]")
         # An optimizer that counts steps (`advance`) counts one per step of the loop
         counts = hasattr(self.opt, "advance")
         require(is_int(t) and (t == step if counts else t >= 0),
-                 f"opt_t={t!r} is not the optimizer's step count after {step} steps")
+                 f"opt_t={brief(t)} is not the optimizer's step count after {step} steps")
 
         history = state["history"]
         require(is_tensor_like(history, self.history), f"history {described(history)} is not {described(self.history)}")
         alive, diverged = state["alive"], state["diverged_step"]
         require(is_tensor_like(alive, self.alive), f"alive {described(alive)} is not {described(self.alive)}")
         require(isinstance(diverged, list) and len(diverged) == K and all(d is None or is_int(d) for d in diverged),
-                 f"diverged_step={diverged!r} is not {K} steps or nulls")
+                 f"diverged_step={brief(diverged)} is not {K} steps or nulls")
         # Which runs diverged, and at which step, follows from the losses examined so far (`_check`)
         expect_alive, expect_diverged = torch.ones(K, dtype=torch.bool), [None] * K
         if checked:

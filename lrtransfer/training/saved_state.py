@@ -10,6 +10,7 @@ rejected with the reason, never half restored.
 from __future__ import annotations
 
 import math
+import reprlib
 
 import torch
 from torch import Tensor
@@ -18,6 +19,16 @@ from lrtransfer.training.results import RunResult
 
 class DamagedState(ValueError):
     """A saved training state that no training of this job reaches; its message says which field."""
+
+
+# A saved value as a message shows it: a few items of a few levels, whatever the file holds (a
+# list that holds one list many times over is a few kB on disk and gigabytes as full text)
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxlist, _BRIEF.maxtuple, _BRIEF.maxdict, _BRIEF.maxother = 2, 8, 8, 4, 60
+
+
+def brief(x) -> str:
+    return _BRIEF.repr(x)
 
 
 def require(ok: bool, why: str) -> None:
@@ -54,25 +65,25 @@ def result_fault(r: RunResult, key: tuple, steps: int) -> str | None:
     log2_lr, seed, *grid = key
     grid = dict(zip(grid[::2], grid[1::2]))
     if (r.log2_lr, r.lr, r.seed, r.grid) != (round(log2_lr, 10), 2.0**log2_lr, seed, grid):
-        return f"log2_lr={r.log2_lr!r}, lr={r.lr!r}, seed={r.seed!r}, grid={r.grid!r} are not its run's"
+        return f"log2_lr={brief(r.log2_lr)}, lr={brief(r.lr)}, seed={brief(r.seed)}, grid={brief(r.grid)} are not its run's"
     if not isinstance(r.diverged, bool):
-        return f"diverged={r.diverged!r} is not a boolean"
+        return f"diverged={brief(r.diverged)} is not a boolean"
     if r.diverged:
         if not (is_int(r.diverged_step) and 0 <= r.diverged_step < steps):
-            return f"diverged_step={r.diverged_step!r} is not a step of a {steps}-step run"
+            return f"diverged_step={brief(r.diverged_step)} is not a step of a {steps}-step run"
         if (r.final_loss, r.eval_loss, r.eval_acc) != (None, None, None):
             return "a diverged run with a final_loss, eval_loss or eval_acc"
     else:
         if r.diverged_step is not None:
-            return f"diverged_step={r.diverged_step!r} for a run that did not diverge"
+            return f"diverged_step={brief(r.diverged_step)} for a run that did not diverge"
         for name in ("initial_loss", "final_loss"):
             if not is_finite(getattr(r, name)):
-                return f"{name}={getattr(r, name)!r} is not a finite number"
+                return f"{name}={brief(getattr(r, name))} is not a finite number"
         for name in ("eval_loss", "eval_acc"):
             if getattr(r, name) is not None and not is_finite(getattr(r, name)):
-                return f"{name}={getattr(r, name)!r} is not a finite number"
+                return f"{name}={brief(getattr(r, name))} is not a finite number"
     if r.initial_loss is not None and not is_finite(r.initial_loss):
-        return f"initial_loss={r.initial_loss!r} is not a finite number"
+        return f"initial_loss={brief(r.initial_loss)} is not a finite number"
     at, losses = r.history_step, r.history_loss
     if not (isinstance(at, list) and isinstance(losses, list) and len(at) == len(losses) and at
             and all(map(is_int, at)) and at == sorted(set(at)) and 0 <= at[0] and at[-1] < steps):
