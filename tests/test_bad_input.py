@@ -494,13 +494,15 @@ def test_an_out_path_that_cannot_be_written_is_one_line(cli, finished, tmp_path,
 
 @pytest.mark.parametrize("command, args", [("plot", ["{finished}"]), ("report", ["{finished}"]), ("export", ["{finished}"]),
                                            ("coord-check", ["width=16,32", "--steps", "1"])])
-def test_an_empty_out_is_one_line(cli, finished, tmp_path, monkeypatch, command, args):
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_out_is_one_line(cli, finished, tmp_path, monkeypatch, command, args, empty):
     """--out '' was this folder: plot and coord-check wrote their figures into it without a word,
-    export and report said '--out .: cannot write there (Is a directory)'."""
+    export and report said '--out .: cannot write there (Is a directory)'; --out ' ' a folder named
+    by a space."""
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli(command, *[a.format(finished=finished) for a in args], "--out", "")
-    assert code == 2 and err.strip() == "error: --out '' is empty: give a path (--out PATH), or leave --out out for " \
-                                        "the command's default (--help says it)", (out, err)
+    code, out, err = cli(command, *[a.format(finished=finished) for a in args], "--out", empty)
+    assert code == 2 and err.strip() == f"error: --out {empty!r} is empty: give a path (--out PATH), or leave --out " \
+                                        "out for the command's default (--help says it)", (out, err)
     assert not list(tmp_path.iterdir())
 
 

@@ -146,9 +146,9 @@ def _out_path(text: str) -> Path:
     without a word (and export, report said the folder could not be written)."""
     from lrtransfer.errors import UserError
 
-    if not text:
-        raise UserError("--out '' is empty: give a path (--out PATH), or leave --out out for the command's default "
-                        "(--help says it)")
+    if not text.strip():  # " " too: plot made a folder named by a space and wrote there
+        raise UserError(f"--out {text!r} is empty: give a path (--out PATH), or leave --out out for the command's "
+                        "default (--help says it)")
     return Path(text)
 
 
