@@ -359,7 +359,7 @@ class Custom(Module):
         if self.streams is None or device.type == "meta":
             yield
             return
-        with torch.random.fork_rng(devices=_cuda(device)):
+        with torch.random.fork_rng(devices=cuda_devices(device)):
             set_rng_state(self.streams[runs[0]], device)
             yield
             state = rng_state(device)
@@ -638,7 +638,8 @@ class AttentionScale(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _cuda(device: torch.device) -> list:
+def cuda_devices(device: torch.device) -> list:
+    """`device` as torch.random.fork_rng's devices: its generator forked too where it is a GPU."""
     return [device] if device.type == "cuda" else []
 
 

@@ -55,12 +55,9 @@ class FileCheckpoint:
         if not isinstance(state, dict):
             self.reject(f"not a training state (a {type(state).__name__})")
             return None
-        forged = next((key for key in ("origin", "chunks") if not _plain(state.get(key))), None)
-        if forged:  # compared as plain values: a tensor there raised where compared, failing every re-run
-            self.reject(f"damaged ({forged} is not a few numbers and strings in shallow containers)")
-            return None
-        if self.only_own and state.get("origin") != self.origin:
-            self.reject(f"{_other_origin(state.get('origin'), self.origin)}, and --rerun recomputes the job")
+        why = set_aside(state, self.origin if self.only_own else None)
+        if why:
+            self.reject(why)
             return None
         log.info("resuming from %s", self.path)
         return state
@@ -109,14 +106,25 @@ def steps_done(path: Path, runs: list, steps: int, only: dict | None = None) -> 
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        if not _plain(state["chunks"]):  # as `FileCheckpoint.load` would set it aside
+        if set_aside(state, only):  # as `FileCheckpoint.load` would
             return None
         saved = [tuple(key) for chunk in state["chunks"] for key in chunk]
-        if saved != [engine.run_key(r) for r in runs] or (only is not None and state.get("origin") != only):
+        if saved != [engine.run_key(r) for r in runs]:
             return None
         return engine.steps_done(state, steps)
     except Exception:  # truncated, foreign, another layout: the job starts afresh
         return None
+
+
+def set_aside(state: dict, only: dict | None) -> str | None:
+    """Why a loaded state is not resumed, None where it may be: the one rule of a job's resume and
+    of `--plan`'s count. only: a --rerun's origin, which resumes only a state of that origin."""
+    forged = next((key for key in ("origin", "chunks") if not _plain(state.get(key))), None)
+    if forged:  # compared as plain values: a tensor there raised where compared, failing every re-run
+        return f"damaged ({forged} is not a few numbers and strings in shallow containers)"
+    if only is not None and state.get("origin") != only:
+        return f"{_other_origin(state.get('origin'), only)}, and --rerun recomputes the job"
+    return None
 
 
 def _other_origin(saved, mine: dict) -> str:

@@ -37,7 +37,7 @@ from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import (BRANCH_OUTPUTS, assign_roles, find_branch_outputs, find_queries, find_readout,
                                  layers_of)
-from lrtransfer.nn.wrapped import Custom, rng_state
+from lrtransfer.nn.wrapped import Custom, cuda_devices, rng_state
 from lrtransfer.options.model.own_init import OwnInit, seeded
 from lrtransfer.options.model.sources import source_hash
 from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
@@ -164,7 +164,7 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
 def stream(make, width: int, seed: int, device: torch.device) -> torch.Tensor:
     """The state of torch's generator (the CPU's, and `device`'s on a GPU) where a plain loop's
     forward starts drawing (dropout): seeded with `seed`, then the module built."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with torch.random.fork_rng(devices=cuda_devices(device)):
         torch.manual_seed(seed)
         make(width)
         return rng_state(device)
