@@ -2,14 +2,21 @@
 
 Every comparison is measured in this one process, its modes interleaved (a few steps of
 each in turn, several rounds) and summarised by medians, so that a machine shared with
-other work slows every mode alike: the ratios hold where absolute figures do not.
-Steady-state steps are timed (after warm-up), not a job's set-up or evaluation.
+other work slows every mode alike: the ratios hold where absolute figures do not. A ratio is
+also given as the median of the rounds' own ratios with their quartiles: two modes of one
+round ran side by side, so that spread is what the machine's changing load leaves of it.
+Steady-state steps are timed (after warm-up), not a job's set-up or evaluation; runs that
+diverge are frozen at the checks, as in a job.
 
   0. The machine: what computes bf16 matrix products (AMX, AVX-512 BF16, tensor cores, or
      "no bf16 matrix unit") and the bf16/fp32 torch.mm ratio at 1024^3 (one thread on a CPU).
   1. bf16 against float32 (`train.dtype=bf16`): the MLP (depth 3, batch 64) with K = 11
      runs at --bf16-widths, and the built-in transformer (2 blocks, context 64, batch 16) at
-     --transformer-width; run-steps/s and their ratio.
+     --transformer-width; run-steps/s and their ratio. Then where a step's time goes in each
+     dtype (its forward and backward, its optimizer pass, each timed alone) and what that
+     allows: bf16's speed-up were its optimizer pass as cheap as float32's (the masters and
+     moments are float32 in both), and, on the MLP, were nothing left but its products
+     (torch.bmm in bf16 on the step's shapes for the K runs) and that pass.
   2. float32 (or --dtype): the batched engine (the ensembles `memory.chunk_size` chooses for
      the default grid of 11 LRs) against one run at a time (eager, as a plain loop runs it; on a GPU
      also the batched engine eager, and whether its step replays as a CUDA graph), at --widths; and the batched
@@ -17,7 +24,9 @@ Steady-state steps are timed (after warm-up), not a job's set-up or evaluation.
      gradient and, past the first layer, the input gradient of every layer: what a step computes),
      as a share of torch.mm's rate on the same products, each timed on its own, in the same
      numerics, measured in the same rounds; and as a share of torch.bmm's on the same products
-     for K different runs at once (what the ensemble's products are: K weights, not one).
+     for K different runs at once (what the ensemble's products are: K weights, not one). On a
+     CPU also the batched step's optimizer pass and the share of torch.mm's rate a step could
+     reach with nothing but its products at the bmm rate and that pass.
 
     python scripts/bench_engine.py                      # all of it, one thread (~10 min)
     python scripts/bench_engine.py --only 2 --widths 64,256 --processes
@@ -56,7 +65,7 @@ from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 from lrtransfer.sweeps.job import runs_of  # noqa: E402
 from lrtransfer.training import build, engine, memory  # noqa: E402
 from lrtransfer.training.allocator import keep_freed_memory  # noqa: E402
-from lrtransfer.training.precision import bf16_unit  # noqa: E402
+from lrtransfer.training.precision import autocast, bf16_unit, matmul_precision  # noqa: E402
 
 CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
 MLP = ["depth=3", "train.batch_size=64"]
@@ -77,6 +86,12 @@ def sync(device: torch.device) -> None:
 def interleaved(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, float]:
     """Median seconds of each mode's call, the modes called in turn, `rounds` times (after one warm-up
     call each): a load that comes and goes falls on every mode alike."""
+    return {name: statistics.median(t) for name, t in each_round(modes, device, rounds).items()}
+
+
+def each_round(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each mode's call in every round (`interleaved`): round r's modes ran side by side, so
+    the ratio of two modes within a round is freed of a load that changes from round to round."""
     times: dict[str, list[float]] = {name: [] for name in modes}
     for fn in modes.values():
         fn()
@@ -87,7 +102,14 @@ def interleaved(modes: dict[str, Callable[[], None]], device: torch.device, roun
             fn()
             sync(device)
             times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def spread(ratios: list[float]) -> str:
+    """The median of per-round ratios and their middle half (quartiles): how far one figure can be
+    trusted on a machine shared with other work."""
+    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return f"{q2:.2f}x [{q1:.2f}, {q3:.2f}]"
 
 
 def element(dtype: str) -> torch.dtype:
@@ -146,17 +168,68 @@ def ensemble(over: list[str], K: int | None = None) -> tuple[object, engine.Ense
 
 
 def stepper(ens: engine.Ensemble, seconds: float = 0.25) -> Callable[[], None]:
-    """A call of about `seconds` of steps of `ens` (the count fixed by one timed step); `.steps` says how many."""
-    ens.step()
-    sync(ens.device)
-    n = max(1, round(seconds / max(timed(lambda: (ens.step(), sync(ens.device))), 1e-6)))
+    """A call of about `seconds` of steps of `ens` (the count fixed by one timed step); `.steps` says how many.
+    Runs that diverge are frozen at the checks, as in a job (`engine.train`), not left computing NaNs."""
+    def step() -> None:
+        ens.step()
+        if ens.at_check():
+            ens.check()
+
+    return repeated(step, ens.device, seconds)
+
+
+def repeated(fn: Callable[[], None], device: torch.device, seconds: float) -> Callable[[], None]:
+    """A call of fn repeated for about `seconds` (the count fixed by one timed call); `.steps` says how many."""
+    fn()
+    sync(device)
+    n = max(1, round(seconds / max(timed(lambda: (fn(), sync(device))), 1e-6)))
 
     def call() -> None:
         for _ in range(n):
-            ens.step()
+            fn()
 
     call.steps = n  # type: ignore[attr-defined]
     return call
+
+
+def gradients(ens: engine.Ensemble) -> Callable[[], list[torch.Tensor]]:
+    """A call of a step's forward and backward alone on one batch, returning the gradients, as the
+    engine's step computes them (`Ensemble._compute`, without its skips: the built-in models use
+    every tensor)."""
+    kind = ens.train.dtype.value
+    x, y = engine._batch(ens.task, ens.gens, ens.seed_index, ens.train.batch_size)
+
+    def call() -> list[torch.Tensor]:
+        with matmul_precision(kind, ens.device):
+            with autocast(kind, ens.device):
+                losses = ens.task.losses(ens.model(x), y).to(ens.history.dtype)
+            return list(torch.autograd.grad(losses.sum(), ens.operands))
+
+    return call
+
+
+def optimizer_pass(over: list[str], K: int = 11, seconds: float = 0.1) -> Callable[[], None]:
+    """A step's optimizer pass alone, on an ensemble of its own (the first K runs of `over`'s grid):
+    applied again and again to one step's gradients it takes the weights where no training goes,
+    so no other timing may use them."""
+    _, ens = ensemble(over, K=K)
+    grads = gradients(ens)()
+
+    def call() -> None:
+        with torch.no_grad():
+            ens._update(grads, 1.0, True)
+
+    return repeated(call, ens.device, seconds)
+
+
+def ratios(t: dict[str, list[float]], modes: dict, a: str, b: str, runs_a: int = 1, runs_b: int = 1) -> list[float]:
+    """Each round's rate of mode a over mode b (run-steps/s: `runs_*` runs a call step)."""
+    return [(runs_a * modes[a].steps / ta) / (runs_b * modes[b].steps / tb) for ta, tb in zip(t[a], t[b])]
+
+
+def per_call(times: list[float], call: Callable[[], None]) -> float:
+    """Median seconds of one of a repeated call's calls."""
+    return statistics.median(times) / call.steps  # type: ignore[attr-defined]
 
 
 def run_steps_per_s(modes: dict[str, Callable[[], None]], K: dict[str, int], device, rounds: int) -> dict[str, float]:
@@ -197,18 +270,37 @@ PEAK: dict[str, float] = {}  # GFLOP/s of torch.mm at 8192^3 per train.dtype (se
 
 
 def bf16_against_float32(widths: list[int], transformer_width: int, device: str, rounds: int) -> None:
-    """Section 1: bf16 against float32, MLP with K = 11 at each width, then the transformer."""
-    print("1. bf16 against float32, run-steps/s (ensembles of 11 runs)")
-    print(f"   {'model':<12} {'width':>6} {'float32':>9} {'bf16':>9} {'bf16/fp32':>9}")
+    """Section 1: bf16 against float32, MLP with K = 11 at each width, then the transformer; and
+    where a step's time goes in each dtype, with the ceilings that sets on bf16's speed-up."""
+    print("1. bf16 against float32, run-steps/s (ensembles of 11 runs); bf16/fp32: the median of the rounds' "
+          "ratios [their quartiles]")
+    print(f"   {'model':<12} {'width':>6} {'float32':>9} {'bf16':>9}  bf16/fp32")
     cases = [("mlp", w, MLP) for w in widths] + [("transformer", transformer_width, TRANSFORMER)]
     for name, width, over in cases:
         modes, K = {}, {}
         for dtype in ("float32", "bf16"):
-            _, ens = ensemble([f"width={width}", *over, f"train.dtype={dtype}", f"engine.device={device}"], K=11)
+            dtype_over = [f"width={width}", *over, f"train.dtype={dtype}", f"engine.device={device}"]
+            cfg, ens = ensemble(dtype_over, K=11)
             modes[dtype], K[dtype] = stepper(ens), ens.K
-        rate = run_steps_per_s(modes, K, torch.device(device), rounds)
-        print(f"   {name:<12} {width:>6} {rate['float32']:>9.1f} {rate['bf16']:>9.1f} "
-              f"{rate['bf16'] / rate['float32']:>8.2f}x")
+            modes[f"fb {dtype}"] = repeated(gradients(ens), ens.device, 0.1)
+            modes[f"opt {dtype}"] = optimizer_pass(dtype_over)
+        if name == "mlp":  # the bf16 products alone, for K different weights (the ensemble's own products)
+            flop, bmm = mm_calls(step_shapes(cfg, cfg.data.input_dim, cfg.data.classes, cfg.train.batch_size),
+                                 torch.device(device), "bf16", runs=11)
+            modes["bmm bf16"] = repeated(bmm, torch.device(device), 0.1)
+        t = each_round(modes, torch.device(device), rounds)
+        step = {d: per_call(t[d], modes[d]) for d in ("float32", "bf16")}  # seconds per step
+        ms = {m: per_call(t[m], modes[m]) * 1e3 for m in modes if m not in step}
+        print(f"   {name:<12} {width:>6} {K['float32'] / step['float32']:>9.1f} {K['bf16'] / step['bf16']:>9.1f}  "
+              f"{spread(ratios(t, modes, 'bf16', 'float32'))}")
+        print(f"   {'':<19} a step, ms: float32 {step['float32'] * 1e3:.2f} (forward+backward {ms['fb float32']:.2f}, "
+              f"optimizer {ms['opt float32']:.2f}); bf16 {step['bf16'] * 1e3:.2f} ({ms['fb bf16']:.2f}, "
+              f"{ms['opt bf16']:.2f})")
+        ceiling = f"{step['float32'] * 1e3 / (ms['fb bf16'] + ms['opt float32']):.2f}x with an optimizer pass as float32's"
+        if "bmm bf16" in ms:
+            ceiling += (f", {step['float32'] * 1e3 / (ms['bmm bf16'] + ms['opt float32']):.2f}x with nothing but its "
+                        f"products ({ms['bmm bf16']:.2f} ms, {flop / ms['bmm bf16'] / 1e6:.0f} GFLOP/s) and that pass")
+        print(f"   {'':<19} bf16 at most {ceiling}")
         sys.stdout.flush()
 
 
@@ -217,10 +309,16 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
     peak = PEAK.get("bf16" if dtype in ("bf16", "bf16_autocast") else dtype)
     print(f"2. {dtype}: the batched engine (its chosen ensembles of K runs) against one run at a time, "
           "run-steps/s; GFLOP/s = a step's matrix-product flops x run-steps/s")
+    cpu = device.type == "cpu"
+    if cpu:
+        print("   b/one [q1, q3]: the median of the rounds' ratios [their quartiles]; opt ms: the batched step's "
+              "optimizer pass; max b/mm: the share of mm a step could reach with nothing but its products at "
+              "the bmm rate and that pass")
     print(f"   {'width':>6} {'K':>3} " + (f"{'proc/run':>9} " if args.processes else "")
           + f"{'one':>9} {'batched':>9} {'b/one':>6} {'GFLOP/s':>8} {'mm GFLOP/s':>10} {'b/mm':>5} "
           + f"{'bmm GFLOP/s':>11} {'b/bmm':>6}" + (f" {'b/peak':>6}" if peak else "")
-          + (f" {'eager':>9} {'graphed':>7}" if device.type == "cuda" else ""))
+          + (f" {'eager':>9} {'graphed':>7}" if device.type == "cuda" else "")
+          + (f" {'b/one [q1, q3]':>20} {'opt ms':>7} {'max b/mm':>8}" if cpu else ""))
     for width in args.widths:
         over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"train.dtype={dtype}",
                 f"engine.device={args.device}", *(CUSTOM if args.custom else [])]
@@ -236,7 +334,10 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
                  "bmm": lambda: [bmm() for _ in range(breps)]}
         if eager is not None:
             modes["eager"] = stepper(eager)
-        seconds = interleaved(modes, device, args.rounds)
+        if cpu:
+            modes["opt"] = optimizer_pass(over, batched.K)
+        t = each_round(modes, device, args.rounds)
+        seconds = {m: statistics.median(v) for m, v in t.items()}
         rate = {m: (1 if m == "one" else batched.K) * modes[m].steps / seconds[m]
                 for m in ("batched", "one", "eager") if m in modes}
         mm_rate = flop * reps / seconds["mm"] / 1e9
@@ -247,10 +348,15 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
                                           Path(args.results))
             procs = f"{args.steps / per_run:>9.1f} "
         g = rate["batched"] * flop / 1e9
+        if cpu:  # a step of K runs: its products at the bmm rate, and its optimizer pass
+            opt = per_call(t["opt"], modes["opt"])
+            ceiling = (bflop / mm_rate) / (bflop / bmm_rate + opt * 1e9)
         print(f"   {width:>6} {batched.K:>3} {procs}{rate['one']:>9.1f} {rate['batched']:>9.1f} "
               f"{rate['batched'] / rate['one']:>6.2f} {g:>8.1f} {mm_rate:>10.1f} {g / mm_rate:>5.0%} "
               f"{bmm_rate:>11.1f} {g / bmm_rate:>6.0%}" + (f" {g / peak:>6.0%}" if peak else "")
-              + (f" {rate['eager']:>9.1f} {'yes' if batched.graphed else 'no':>7}" if eager is not None else ""))
+              + (f" {rate['eager']:>9.1f} {'yes' if batched.graphed else 'no':>7}" if eager is not None else "")
+              + (f" {spread(ratios(t, modes, 'batched', 'one', batched.K)):>20} {opt * 1e3:>7.2f} {ceiling:>8.0%}"
+                 if cpu else ""))
         sys.stdout.flush()
 
 
