@@ -86,7 +86,12 @@ def sync(device: torch.device) -> None:
 def interleaved(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, float]:
     """Median seconds of each mode's call, the modes called in turn, `rounds` times (after one warm-up
     call each): a load that comes and goes falls on every mode alike."""
-    return {name: statistics.median(t) for name, t in each_round(modes, device, rounds).items()}
+    return medians(each_round(modes, device, rounds))
+
+
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
+    """Each mode's median over the rounds."""
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def each_round(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, list[float]]:
@@ -232,11 +237,6 @@ def per_call(times: list[float], call: Callable[[], None]) -> float:
     return statistics.median(times) / call.steps  # type: ignore[attr-defined]
 
 
-def run_steps_per_s(modes: dict[str, Callable[[], None]], K: dict[str, int], device, rounds: int) -> dict[str, float]:
-    seconds = interleaved(modes, device, rounds)
-    return {name: K[name] * modes[name].steps / seconds[name] for name in modes}  # type: ignore[attr-defined]
-
-
 # ---------------------------------------------------------------- the sections
 def machine(device: torch.device, rounds: int) -> float | None:
     """Section 0: what computes bf16 products here, and the bf16/fp32 torch.mm ratio at 1024^3."""
@@ -337,7 +337,7 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
         if cpu:
             modes["opt"] = optimizer_pass(over, batched.K)
         t = each_round(modes, device, args.rounds)
-        seconds = {m: statistics.median(v) for m, v in t.items()}
+        seconds = medians(t)
         rate = {m: (1 if m == "one" else batched.K) * modes[m].steps / seconds[m]
                 for m in ("batched", "one", "eager") if m in modes}
         mm_rate = flop * reps / seconds["mm"] / 1e9
