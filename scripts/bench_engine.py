@@ -425,6 +425,8 @@ def main() -> None:
     args = ap.parse_args()
     args.widths = [int(w) for w in args.widths.split(",")]
     args.dtypes = args.dtype.split(",")
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: at least 1 (each ratio is taken over the rounds)")
     if bad := [d for d in args.dtypes if d not in ("float32", "tf32", "bf16")]:
         ap.error(f"--dtype {bad[0]!r}: valid are float32, tf32, bf16")
     try:

@@ -47,3 +47,11 @@ def test_spread_of_one_or_two_rounds():
     """One round has no spread to give; two have their own quartiles."""
     assert bench_engine.spread([1.5]) == "1.50x [1.50, 1.50]"
     assert bench_engine.spread([2.0, 1.0]) == "1.50x [0.75, 2.25]"
+
+
+def test_no_rounds_is_refused_in_one_line_before_any_timing():
+    done = subprocess.run([sys.executable, "scripts/bench_engine.py", "--rounds", "0"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1] == (
+        "bench_engine.py: error: --rounds 0: at least 1 (each ratio is taken over the rounds)")
