@@ -117,6 +117,8 @@ CATALOGUE = [
     ("teacher depth 0", ["data.teacher_depth=0"], "data.teacher_depth must be positive, got 0"),
     ("LR far below float range", ["lr.log2_min=-1100"], "lr.log2_min=-1100 is out of range; valid: -100 .. 100"),
     ("LR far above float range", ["lr.log2_max=1100"], "lr.log2_max=1100 is out of range; valid: -100 .. 100"),
+    ("infinite LR grid end", ["lr.log2_max=inf"], "lr.log2_max=inf must be a finite number"),
+    ("NaN LR grid step", ["lr.log2_step=nan"], "lr.log2_step=nan must be a finite number"),
     # oversized requests, refused before anything is allocated
     ("LR grid of 10^10 points", ["lr.log2_step=1e-9"], "lr.log2_step=1e-09 gives an LR grid of 4000000000 points; at most 10000 runs a job"),
     ("LR grid of 200,001 points", ["lr.log2_min=-10", "lr.log2_max=-8", "lr.log2_step=1e-5"], "gives an LR grid of 200001 points"),

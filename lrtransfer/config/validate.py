@@ -30,8 +30,9 @@ MAX_INT = 2**63 - 1  # any integer key: a seed, a size or a count reaches torch 
 
 def _check_lr_grid(cfg: Config) -> None:
     lr = cfg.lr
-    if not all(math.isfinite(v) for v in (lr.log2_min, lr.log2_max, lr.log2_step)):
-        raise ConfigError(f"lr grid values must be finite, got {lr}")
+    for key in ("log2_min", "log2_max", "log2_step"):
+        if not math.isfinite(getattr(lr, key)):
+            raise ConfigError(f"lr.{key}={getattr(lr, key)} must be a finite number")
     for key in ("log2_min", "log2_max"):
         value = getattr(lr, key)
         if abs(value) > MAX_ABS_LOG2_LR:
