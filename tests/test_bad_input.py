@@ -572,6 +572,35 @@ def test_a_record_whose_width_is_not_a_number(cli, two_widths, tmp_path, command
             assert code == 2 and "no finished records" in err
 
 
+# A mistyped command line, which Typer would report as a usage block and a framed panel
+USAGE = [
+    ("unknown command", ["sumary", "{dir}"],
+     "error: unknown command 'sumary'; did you mean summary? valid: sweep, summary, plot, report, predict, export, "
+     "list, coord-check, inspect (lrtransfer -h)"),
+    ("unknown option", ["plot", "{dir}", "--metrc", "eval_loss"],
+     "error: unknown option --metrc for lrtransfer plot; did you mean --metric? valid: --curves-lr, --metric, --out, "
+     "-h/--help (lrtransfer plot -h)"),
+    ("unknown option, nothing close", ["summary", "{dir}", "--axis", "width"],
+     "error: unknown option --axis for lrtransfer summary; valid: --json, --metric, -h/--help (lrtransfer summary -h)"),
+    ("not a number", ["predict", "{dir}", "--width", "wide"],
+     "error: --width 'wide': Input should be a valid number"),
+    ("not an integer", ["coord-check", "--steps", "2.5"], "error: --steps '2.5': "),
+    ("an option without its value", ["predict", "{dir}", "--width"], "error: Option '--width' requires an argument"),
+    ("two folders", ["summary", "{dir}", "{dir}"], "error: Got unexpected extra argument"),
+]
+
+
+@pytest.mark.parametrize("case, args, fragment", USAGE, ids=[c[0] for c in USAGE])
+def test_a_mistyped_command_line_is_one_line(cli, tmp_path, case, args, fragment):
+    code, out, err = cli(*[a.format(dir=tmp_path) for a in args])
+    assert code == 2 and err.count("\n") == 1 and err.startswith(fragment), (out, err)
+
+
+def test_no_command_prints_the_help(cli):
+    code, out, err = cli()
+    assert code == 2 and "Commands" in out + err and "error" not in out + err
+
+
 def test_unknown_metric(cli, tmp_path):
     code, _, err = cli("summary", str(tmp_path), "--metric", "loss")
     assert code == 2 and "unknown metric 'loss'; valid: train_loss, eval_loss, eval_acc" in err

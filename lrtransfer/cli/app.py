@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from lrtransfer.cli import show
+from lrtransfer.cli import show, usage
 from lrtransfer.cli.completion import complete_override, use_override_aware_bash_script
 
 app = typer.Typer(
@@ -405,13 +405,21 @@ def main() -> None:
 
     new_scope()  # each warning once a command (and once a job of a sweep)
     try:
-        app()
+        code = app(prog_name="lrtransfer", standalone_mode=False)  # a usage error comes here as itself: one line
+    except usage.ERRORS.UsageError as e:
+        if not usage.is_help(e):
+            typer.echo(f"error: {usage.one_line(e)}", err=True)
+        sys.exit(e.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        typer.echo("aborted", err=True)
+        sys.exit(1)
     except Exception as e:
         message = describe(e)
         if message is None:
             raise
         typer.echo(f"error: {message}", err=True)
         sys.exit(getattr(e, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit(n) and --help come back as their code
 
 
 if __name__ == "__main__":
