@@ -39,6 +39,8 @@ CATALOGUE = [
     ("an = in a value", ["name=a=b"], "cannot parse override 'name=a=b': mismatched input '='"),
     ("an option sweep does not have", ["--metric", "bogus"],
      "unknown option --metric for sweep; valid: --plan, --rerun, --until-decided, --budget, --cfg job"),
+    ("a --cfg Hydra has not", ["--cfg", "nope"], "argument --cfg/-c: invalid choice: 'nope' (choose from 'job', 'hydra', 'all')"),
+    ("an --info Hydra has not", ["--info", "nope"], "argument --info/-i: invalid choice: 'nope' (choose from 'all', 'config', "),
     ("a value where a section belongs", ["train=5"],
      "train=5: train is a section of keys (steps, batch_size, schedule, warmup_steps,"),
     ("a ~ the shell left alone", ["data.root=~/data"],

@@ -76,6 +76,30 @@ def test_cfg_job_of_a_sweep_shows_its_first_job(cli):
     assert code == 0 and "\nwidth: 32\n" in out
 
 
+def test_cfg_job_in_one_argument_is_the_same(cli):
+    code, out, err = cli("sweep", "--cfg=job", "width=64,128")
+    assert code == 0 and "\nwidth: 64\n" in out and "first of 2 jobs" in err, err
+
+
+@pytest.mark.parametrize("flags, shown", [(["--info", "config", "--plan"], "metric: train_loss"),
+                                          (["--cfg", "hydra", "--plan"], "hydra/launcher"),
+                                          (["--hydra-help"], "--cfg hydra"),
+                                          (["width=64", "--info"], "Config search path")])
+def test_hydras_own_flags_print_and_train_nothing(cli, tmp_path, flags, shown):
+    """Hydra prints what they ask for; with --plan too there is no plan to show, and a flag at the
+    end whose value is optional (--info) does not take the sweep's internal override as its value."""
+    code, out, err = cli("sweep", f"results_dir={tmp_path}", *flags)
+    assert code == 0 and shown in out and "Traceback" not in err, (out, err)
+    assert not list(tmp_path.rglob("record.json"))
+
+
+@pytest.mark.parametrize("flag", ["--package", "--config-dir", "-c"])
+def test_a_flag_at_the_end_without_its_value_is_one_line_and_trains_nothing(cli, tmp_path, flag):
+    code, out, err = cli("sweep", f"results_dir={tmp_path}", flag)
+    assert code == 2 and err.count("\n") == 1 and "expected one argument (lrtransfer sweep --help)" in err, (out, err)
+    assert not list(tmp_path.rglob("record.json"))
+
+
 def test_cfg_job_says_how_to_see_the_values_it_prints_as_interpolations(cli):
     code, out, err = cli("sweep", "--cfg", "job")
     assert code == 0 and "log2_min: ${lrt_lr:log2_min}" in out and "--cfg job --resolve shows them" in err

@@ -66,7 +66,9 @@ def sweep(
         argv.append("hydra.sweeper.rerun=true")
     view = _pop_cfg_job(argv)
     if plan or view:
-        show.plan(launch(argv, action="plan"), view)
+        surveyed = launch(argv, action="plan")
+        if surveyed is not None:  # None: Hydra printed what --info or --cfg hydra asked for
+            show.plan(surveyed, view)
         return
     try:
         with stop.graceful():
@@ -86,6 +88,9 @@ def sweep(
 def _pop_cfg_job(argv: list[str]) -> str | None:
     """Take `--cfg job [--resolve]` out of ARGV: the plan shows the first job's config, which works
     for a sweep too (Hydra's --cfg cannot compose comma lists). Returns None, "raw" or "resolved"."""
+    for i, arg in enumerate(argv):  # --cfg=job is one argument
+        if arg in ("--cfg=job", "-c=job"):
+            argv[i : i + 1] = ["--cfg", "job"]
     for i, (flag, value) in enumerate(zip(argv, argv[1:])):
         if flag in ("--cfg", "-c") and value == "job" and not {"--package", "-p"} & set(argv):
             del argv[i : i + 2]

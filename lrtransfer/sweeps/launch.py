@@ -53,7 +53,12 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
 
     version.setbase("1.3")
     parser = get_args_parser()
-    args = parser.parse_intermixed_args([*argv, f"hydra.sweeper.action={action}"])
+    parser.error = _refuse  # a bad Hydra flag is one line, not argparse's usage block
+    args = parser.parse_intermixed_args(argv)
+    if args.hydra_help:  # Hydra's own help, the same whatever the overrides
+        args.overrides = []
+    else:  # added once parsed, so a flag at the end (--info, --package) cannot take it as its value
+        args.overrides.append(f"hydra.sweeper.action={action}")
     _refuse_output_keys(args.overrides)
     if not (args.cfg or args.info or args.shell_completion or args.run):
         # The config says MULTIRUN anyway; saying it here keeps Hydra from retrying a
@@ -69,6 +74,10 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
             config_name="config",
         )
     return last_report
+
+
+def _refuse(message: str):
+    raise ConfigError(f"{message} (lrtransfer sweep --help)")
 
 
 # Hydra's keys for where a job's own files go: lrtransfer sets them under results_dir/name (a
