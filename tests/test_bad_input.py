@@ -584,6 +584,11 @@ USAGE = [
      "-h/--help (lrtransfer plot -h)"),
     ("unknown option, nothing close", ["summary", "{dir}", "--axis", "width"],
      "error: unknown option --axis for lrtransfer summary; valid: --json, --metric, -h/--help (lrtransfer summary -h)"),
+    ("unknown option beside overrides", ["inspect", "width=8", "--out", "x"],
+     "error: unknown option --out for lrtransfer inspect; valid: --json, -h/--help (lrtransfer inspect -h)"),
+    ("mistyped option beside overrides", ["coord-check", "width=8,16", "--step=2"],
+     "error: unknown option --step for lrtransfer coord-check; did you mean --steps? valid: --log2-lr, --out, --seeds, "
+     "--steps, -h/--help (lrtransfer coord-check -h)"),
     ("not a number", ["predict", "{dir}", "--width", "wide"],
      "error: --width 'wide': Input should be a valid number"),
     ("not an integer", ["coord-check", "--steps", "2.5"], "error: --steps '2.5': "),

@@ -335,6 +335,7 @@ def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> N
 
 @app.command("coord-check", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def coord_check(
+    ctx: typer.Context,
     overrides: Optional[List[str]] = typer.Argument(
         None,
         help="Config overrides as for sweep (param=mup optim=sgd depth=4 ...); width=64,256,1024 lists the widths "
@@ -351,6 +352,7 @@ def coord_check(
     from lrtransfer.diagnostics import coordcheck
     from lrtransfer.diagnostics.compose import compose
 
+    usage.refuse_flags(ctx, overrides or [])
     out = _writable(out, folder=True) if out is not None else None
     cfgs = compose(list(overrides or []), default_widths=list(coordcheck.DEFAULT_WIDTHS))
     data = coordcheck.measure(cfgs, steps=steps, log2_lr=log2_lr, seeds=seeds)
@@ -364,6 +366,7 @@ def coord_check(
 
 @app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def inspect(
+    ctx: typer.Context,
     overrides: Optional[List[str]] = typer.Argument(
         None,
         help="Config overrides as for sweep (param=mup width=256 param.base_width=64 ...); width=64,256,1024 "
@@ -376,6 +379,7 @@ def inspect(
     from lrtransfer.diagnostics import inspect as inspection
     from lrtransfer.diagnostics.compose import compose
 
+    usage.refuse_flags(ctx, overrides or [])
     cfgs = compose(list(overrides or []), default_widths=None, min_widths=1, command="inspect")
     docs = [inspection.inspect(cfg) for cfg in cfgs]
     if as_json:

@@ -21,6 +21,14 @@ def is_help(error: Exception) -> bool:
     return type(error).__name__ == "NoArgsIsHelpError"
 
 
+def refuse_flags(ctx, overrides: list[str]) -> None:
+    """A command that takes Hydra overrides receives the options it does not know among them (it
+    lets unknown options through for them): one that starts with '-' is an option, never an override."""
+    for arg in overrides:
+        if arg.startswith("-"):
+            raise ERRORS.NoSuchOption(arg.split("=", 1)[0], ctx=ctx)
+
+
 def one_line(error: Exception) -> str:
     """A click UsageError as one line: the bad value or name, the valid choices, where to read more."""
     ctx = getattr(error, "ctx", None)
