@@ -102,3 +102,17 @@ def test_help_shows_each_options_default(cli):
             assert f"default: {first_word}" in screen, (name, first_word)
             checked += 1
     assert checked >= 5  # plot, report, export, coord-check state theirs
+
+
+def test_version_names_what_a_bug_report_needs(cli):
+    import platform
+
+    import torch
+
+    from lrtransfer import __version__
+
+    code, out, err = cli("--version")
+    assert code == 0 and out.startswith(f"lrtransfer {__version__} (torch {torch.__version__}, hydra-core ") and err == ""
+    assert f"python {platform.python_version()})" in out
+    code, _, err = cli("summary", "--version")  # the app's own option, not a command's
+    assert code == 2 and "unknown option --version for lrtransfer summary; valid:" in err

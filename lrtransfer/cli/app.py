@@ -24,6 +24,35 @@ app = typer.Typer(
 )
 use_override_aware_bash_script()
 
+def _version(asked: bool) -> None:
+    """What a bug report needs, read from the installed packages' metadata: importing torch would
+    take a second."""
+    if not asked:
+        return
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lrtransfer import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    typer.echo(f"lrtransfer {__version__} (torch {installed('torch')}, hydra-core {installed('hydra-core')}, "
+               f"python {platform.python_version()})")
+    raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the versions of lrtransfer, torch, Hydra and Python, and exit."),
+) -> None:
+    """Does my learning rate transfer when I scale this model up? Sweep, summarise, plot."""
+
+
 HYDRA_HELP = (
     "Hydra overrides: key=value, comma lists and range() sweep (width=64,256,1024 seed=range(3)); "
     "group options (model=mlp param=standard optim=sgd data=teacher study=width). "

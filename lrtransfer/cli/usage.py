@@ -50,7 +50,7 @@ def one_line(error: Exception) -> str:
 
 
 def _did_you_mean(name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1)
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.7)
     return f"did you mean {close[0]}? " if close else ""
 
 
