@@ -332,6 +332,10 @@ def read_rounds(path: Path) -> list[dict]:
     except RecordError as e:  # no regular file
         warnings.warn(f"skipped {e}", stacklevel=2)
         return []
+    except RecursionError:
+        warnings.warn(f"skipped {path}: not an adaptive sweep's rounds (nested deeper than Python can parse)",
+                      stacklevel=2)
+        return []
     except (OSError, ValueError, KeyError, TypeError) as e:
         warnings.warn(f"skipped {path}: not an adaptive sweep's rounds ({e.__class__.__name__}: {e})", stacklevel=2)
         return []

@@ -131,3 +131,9 @@ def test_rounds_file_keeps_other_sweeps_groups_and_skips_what_it_cannot_read(tmp
     (tmp_path / ROUNDS_NAME).write_text("{not json")
     with pytest.warns(UserWarning, match="not an adaptive sweep's rounds"):
         assert read_rounds(tmp_path / ROUNDS_NAME) == []
+    (tmp_path / ROUNDS_NAME).write_text('{"groups": ' + "[" * 100_000 + "]" * 100_000 + "}")  # a RecursionError to parse
+    with pytest.warns(UserWarning, match="not an adaptive sweep's rounds \\(nested deeper than Python can parse\\)"):
+        assert read_rounds(tmp_path / ROUNDS_NAME) == []
+    with pytest.warns(UserWarning, match="nested deeper"):  # an adaptive sweep writing its rounds there: replaced
+        write_rounds(tmp_path, [group(["g"])])
+    assert [g["jobs"] for g in read_rounds(tmp_path / ROUNDS_NAME)] == [["g"]]

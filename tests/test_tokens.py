@@ -386,6 +386,16 @@ def test_each_bad_dataset_is_one_line(hf, over, fragment):
     assert not list((root / "cache").glob("tokens/.*.tmp"))
 
 
+def test_a_dataset_dict_too_deep_to_parse_is_one_line(tmp_path):
+    pytest.importorskip("datasets")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "dataset_dict.json").write_text('{"splits": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    cfg = typed("model=transformer", *SMALL, *hf_disk(tmp_path, "data.vocab_size=50", path="deep"))
+    with pytest.raises(DataError) as e:
+        ensure_files(cfg.data)
+    assert "\n" not in str(e.value) and f"data.path={tmp_path / 'deep'}: not a dataset saved with save_to_disk" in str(e.value)
+
+
 # ---------------------------------------------------------------- sweeps
 @pytest.mark.parametrize("data", ["bin", "npy", "hf_disk"])
 def test_a_sweep_of_the_transformer_and_nanogpt(cli, nano, request, tmp_path, data):

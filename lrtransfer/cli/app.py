@@ -264,7 +264,8 @@ def report(
         found = analysis.scan_runs(directory)
     groups = analysis.scanned_groups(found, metric)
     _check_curves_lr(curves_lr, groups)
-    text = html_report.build(directory, found, groups, metric, curves_lr)
+    with show.warnings_to_stderr():  # a rounds file it skips
+        text = html_report.build(directory, found, groups, metric, curves_lr)
     path = html_report.write(out or Path(directory) / "report.html", text)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 

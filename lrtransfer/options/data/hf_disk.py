@@ -146,7 +146,7 @@ def empty_splits(folder: Path) -> list[str]:
     try:
         names = json.loads((folder / "dataset_dict.json").read_text())["splits"]
         return [n for n in names if json.loads((folder / n / "state.json").read_text()).get("_data_files") == []]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return []
 
 
