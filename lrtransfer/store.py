@@ -332,12 +332,9 @@ def read_rounds(path: Path) -> list[dict]:
     except RecordError as e:  # no regular file
         warnings.warn(f"skipped {e}", stacklevel=2)
         return []
-    except RecursionError:
-        warnings.warn(f"skipped {path}: not an adaptive sweep's rounds (nested deeper than Python can parse)",
-                      stacklevel=2)
-        return []
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.warn(f"skipped {path}: not an adaptive sweep's rounds ({e.__class__.__name__}: {e})", stacklevel=2)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        why = "nested deeper than Python can parse" if isinstance(e, RecursionError) else f"{e.__class__.__name__}: {e}"
+        warnings.warn(f"skipped {path}: not an adaptive sweep's rounds ({why})", stacklevel=2)
         return []
     return [g for g in groups if _rounds_group(g)]
 

@@ -58,8 +58,8 @@ def _options(ctx) -> list[str]:
     """Each option of the command by its longest name, then the help flags."""
     names = {max(p.opts, key=len) for p in ctx.command.get_params(ctx)
              if p.param_type_name == "option" and not getattr(p, "hidden", False)}
-    helps = set(ctx.help_option_names)
-    return sorted(names - helps) + ["/".join(sorted(helps, key=len))] if helps else sorted(names)
+    helps = sorted(ctx.help_option_names, key=len)  # -h/--help, said as one
+    return sorted(names - set(helps)) + (["/".join(helps)] if helps else [])
 
 
 def _given(error: Exception):
