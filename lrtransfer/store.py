@@ -30,6 +30,7 @@ from lrtransfer.errors import ConfigError, UserError, file_kind, shown
 RECORD_NAME = "record.json"
 ROUNDS_NAME = "adaptive.json"  # an adaptive sweep's rounds, group by group, beside its study's records
 FORMAT_VERSION = 1
+IMPORTED = "import"  # a record's source.kind when its runs came from a table (`lrtransfer import`), not a job
 # Levels of lists and mappings a record may hold; a job writes 5 at most (a run's grid value,
 # a grid's list of values), a model's own keyword arguments a few more.
 MAX_NESTING = 32

@@ -24,8 +24,8 @@ from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES
 from lrtransfer.config import RUN_SETTINGS
 
 # Columns that never define a group: replicates, the LR grid, how a job ran and where
-# its results also went (RUN_SETTINGS: engine, tracker).
-_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id")
+# its results also went (RUN_SETTINGS: engine, tracker), the table imported runs came from.
+_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id", "source")
 _NOT_GROUPING_PREFIX = ("lr.", "hydra.", *(f"{s}." for s in RUN_SETTINGS))
 # Config values worth naming in a group's `fixed` (besides whatever varies).
 SHOWN = ("study", "model.name", "model.class", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
@@ -43,13 +43,14 @@ def config_columns(df: pd.DataFrame) -> list[str]:
 
 def scale_axis(df: pd.DataFrame) -> str:
     """The key that varies within groups: the first of `axis_candidates` that takes more than one
-    value among runs equal in every other config key; width when none does (one scale per group)."""
+    value among runs equal in every other config key. When none does (one scale per group): width,
+    or where the runs have none (imported from a table) the first candidate they have."""
     columns = config_columns(df)
     for axis in axis_candidates(df, varying(df, columns)):
         keys = [c for c in columns if c != axis]
         if not keys or (df.groupby(keys, dropna=False)[axis].nunique() > 1).any():
             return axis
-    return SCALE_AXES[0]
+    return next(iter(axis_candidates(df, columns)), SCALE_AXES[0])
 
 
 def axis_candidates(df: pd.DataFrame, keys: list[str]) -> list[str]:

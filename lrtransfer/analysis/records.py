@@ -6,7 +6,8 @@ seed of it. Each run becomes a row: the job's config as dotted columns
 columns are read off the config: `study` (its `name`) and, for `model=custom`,
 `model.class` (the name `model.target` ends in: `GPT2LMHeadModel`, nanoGPT's `GPT`).
 A job with a second inner axis (`grid.<key>`) adds the key's name (`grid_key`) and
-each run's value (`grid_value`). A config key that a job's option lacks (`param.base_width` of an SP job) is a
+each run's value (`grid_value`). A job imported from a table (`lrtransfer import`) adds where its
+runs came from (`source`), and may lack a width or depth. A config key that a job's option lacks (`param.base_width` of an SP job) is a
 missing value (NaN) in that job's rows, told apart from a key set to null (None).
 """
 
@@ -25,7 +26,7 @@ import pandas as pd
 
 from lrtransfer.config import inner_grid
 from lrtransfer.errors import UserError
-from lrtransfer.store import RECORD_NAME, RecordError, read_record
+from lrtransfer.store import IMPORTED, RECORD_NAME, RecordError, read_record
 
 SCALE_AXES = ("width", "depth")
 METRICS = ("train_loss", "eval_loss", "eval_acc")
@@ -193,6 +194,8 @@ def _rows(rec: dict) -> list[dict]:
         flat["model.class"] = target.rpartition(":")[2]
     for axis in SCALE_AXES:  # the scales every table and figure is built on
         v = flat.get(axis)
+        if axis not in flat and imported(rec):  # a table's runs may have no such scale (a horizon study's)
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"config.{axis}={v!r} is not a positive number")
     # A second inner axis (`grid.<key>`): its key is a config column (`grid_key`, so that such
@@ -205,6 +208,8 @@ def _rows(rec: dict) -> list[dict]:
     for k, v in flat.items():  # a list (model.width_key's channel multiples) as its JSON text: a value to group by
         if isinstance(v, list):
             flat[k] = json.dumps(v)
+    if imported(rec):
+        flat["source"] = source_words(rec["source"])
     found = inner_grid(rec["config"])
     if found is not None:
         flat["grid_key"], flat[found[0]] = found[0], math.nan
@@ -230,6 +235,18 @@ def _rows(rec: dict) -> list[dict]:
             }
         )
     return out
+
+
+def imported(rec: dict) -> bool:
+    """A job whose runs came from a table (`lrtransfer import`): its record says where from."""
+    source = rec.get("source")
+    return isinstance(source, dict) and source.get("kind") == IMPORTED
+
+
+def source_words(source: dict) -> str:
+    """Where an imported job's runs came from, in words: the `source` column of its runs."""
+    table, sha = source.get("table"), source.get("sha256")
+    return f"imported from {table if isinstance(table, str) else '?'} (sha256 {sha[:12] if isinstance(sha, str) else '?'})"
 
 
 def scan_runs(root: str | Path) -> Scan:

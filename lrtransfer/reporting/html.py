@@ -3,7 +3,8 @@
 Everything is inside the file: figures as base64 PNG, styles inline, no scripts,
 no link to anything outside. Built from the analysis' groups and the runs table
 (never from the engine), and for an adaptive study from its rounds file, which the
-sweep wrote beside the records (`store.ROUNDS_NAME`).
+sweep wrote beside the records (`store.ROUNDS_NAME`). Runs imported from a table are said to be,
+with the table's path and hash.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lrtransfer.analysis.group import adaptive_design
 from lrtransfer.analysis.summary import skipped_lines
 from lrtransfer.store import ROUNDS_NAME, read_rounds
 from lrtransfer.reporting.panels import description, drift_words, families, natural, panel_labels
-from lrtransfer.reporting.plots import family_figures
+from lrtransfer.reporting.plots import NO_CURVES, family_figures, has_curves
 from lrtransfer.config import RUN_SETTINGS
 from lrtransfer.reporting.style import DPI, LABELS, png_bytes
 
@@ -192,6 +193,8 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
         f"<p class='muted'>{jobs} jobs, {len(runs)} runs ({int(runs['diverged'].sum())} diverged); "
         f"metric: {_e(LABELS.get(metric, metric))}; made {now} by lrtransfer {_e(__version__)}.</p>",
     ]
+    if "source" in runs:  # jobs imported from a table (`lrtransfer import`): which table, by content
+        parts += [f"<p class='muted'>Runs {_e(s)}.</p>" for s in sorted(runs["source"].dropna().unique())]
     if scan.failed:
         parts.append(f"<p class='warn'>{len(scan.failed)} failed job(s) left out: "
                      + "; ".join(_e(f"{f['path']}: {f.get('error')}") for f in scan.failed) + "</p>")
@@ -221,6 +224,8 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
             log = _rounds_of(g, logs)
             if log is not None:
                 parts.append(rounds_table(log))
+        if not any(map(has_curves, family)):
+            parts.append(f"<p class='muted'>{_e(NO_CURVES.capitalize())}.</p>")
         for stem, png in figs:
             data = base64.b64encode(png).decode("ascii")
             width = f"{100 * _png_width(png) * scale:.2f}%"

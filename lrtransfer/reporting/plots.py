@@ -12,7 +12,8 @@ one study that share model, data and scale axis form a *family*; each family get
 - `transfer`: optimal log2 LR against log2 scale, a line per group, with 95%
   intervals per scale and the fitted drift with its band;
 - `curves`: loss against step at one LR (by default the smallest scale's best),
-  a line per scale: how the larger models behave at the transferred LR;
+  a line per scale: how the larger models behave at the transferred LR (none for runs
+  imported from a table, which hold only their final losses);
 - `joint`, for a group with a second inner axis (`grid.<key>`): the loss over
   (log2 LR, value), a panel per scale, the joint optimum and its path across scales.
   The other figures show such a group at each scale's best value.
@@ -211,6 +212,9 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
             if lr is None:
                 lr = next((b for b in g.grid_best_log2_lr if b is not None), None)
             runs = g.runs[np.isclose(g.runs["log2_lr"], lr)] if lr is not None else g.runs.iloc[:0]
+            if not has_curves(g):  # beside groups that have curves
+                ax.set_title((f"{label}\n" if label else "") + "no curves (imported runs)")
+                continue
             for scale in g.scales:
                 r = runs[runs[g.axis] == scale]
                 if r.empty:
@@ -327,12 +331,25 @@ def slug(group_or_family) -> str:
 MAX_SLUG = 160
 
 
+NO_CURVES = "no training curves: its runs hold only their final losses (imported from a table)"
+
+
+def has_curves(g: Group) -> bool:
+    """Whether any run of the group recorded its loss curve: a table's imported runs hold none."""
+    return g.runs is not None and any(len(h) for h in g.runs["history_step"])
+
+
+def without_curves(groups: list[Group]) -> list[str]:
+    """The studies some of whose figures have no training curves (`NO_CURVES`), by name."""
+    return sorted({str(f[0].fixed.get("study")) for f in families(groups) if not any(map(has_curves, f))})
+
+
 def family_figures(family: list[Group], metric: str = "train_loss", curves_lr: float | None = None):
     """(file stem, figure) for each figure of one family; the caller closes them."""
     stem = slug(family)
     yield f"{stem}-lr-{metric}", lr_figure(family, metric)
     yield f"{stem}-transfer-{metric}", transfer_figure(family, metric)
-    if all(g.runs is not None for g in family):
+    if all(g.runs is not None for g in family) and any(map(has_curves, family)):
         yield f"{stem}-curves", curves_figure(family, curves_lr)
     grids = [g for g in family if g.joint is not None]
     for i, g in enumerate(grids):
