@@ -578,7 +578,7 @@ def test_a_record_whose_width_is_not_a_number(cli, two_widths, tmp_path, command
 USAGE = [
     ("unknown command", ["sumary", "{dir}"],
      "error: unknown command 'sumary'; did you mean summary? valid: sweep, summary, plot, report, predict, export, "
-     "list, coord-check, inspect (lrtransfer -h)"),
+     "list, coord-check, inspect, import (lrtransfer -h)"),
     ("unknown option", ["plot", "{dir}", "--metrc", "eval_loss"],
      "error: unknown option --metrc for lrtransfer plot; did you mean --metric? valid: --curves-lr, --metric, --out, "
      "-h/--help (lrtransfer plot -h)"),
@@ -688,3 +688,75 @@ def test_inspect_of_a_model_too_large_to_allocate_is_one_line(cli):
     code, out, err = cli("inspect", "width=100000000")
     assert code == 2 and err.startswith("error: too large for this machine (") and "choose smaller sizes" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+# `lrtransfer import TABLE --name STUDY ...` (tests/test_import.py): every case before anything is written
+COLUMNS = ["--scale", "width", "--lr", "lr", "--loss", "loss"]
+IMPORT = [
+    ("a table that is not there", ["{tmp}/nope.csv", "--name", "s", *COLUMNS], "{tmp}/nope.csv: no such file"),
+    ("a folder as the table", ["{tmp}", "--name", "s", *COLUMNS, "--format", "csv"], "{tmp}: a folder, not a table of runs"),
+    ("a table of no known format", ["{tmp}/runs.txt", "--name", "s", *COLUMNS],
+     "{tmp}/runs.txt: cannot tell its format from the extension '.txt'; give --format (csv, tsv, json, parquet)"),
+    ("an unknown --format", ["{tmp}/runs.csv", "--name", "s", *COLUMNS, "--format", "xlsx"],
+     "--format 'xlsx' is no table format; valid: csv, json, parquet, tsv"),
+    ("a line that is not JSON", ["{tmp}/broken.jsonl", "--name", "s", *COLUMNS],
+     "{tmp}/broken.jsonl: line 2 is not JSON (JSONDecodeError: "),
+    ("a JSON line nested 100,000 deep", ["{tmp}/deep.jsonl", "--name", "s", *COLUMNS],
+     "{tmp}/deep.jsonl: line 1 is nested deeper than Python can parse; not a table of runs"),
+    ("a Parquet file that is not one", ["{tmp}/bad.parquet", "--name", "s", *COLUMNS],
+     "{tmp}/bad.parquet: not a readable Parquet file (ArrowInvalid: "),
+    ("a CSV that is not UTF-8", ["{tmp}/latin.csv", "--name", "s", *COLUMNS],
+     "{tmp}/latin.csv: not UTF-8 text (byte b'\\xe9' at position 34); save the table as UTF-8"),
+    ("a named column not in the table", ["{tmp}/runs.csv", "--name", "s", "--scale", "width", "--lr", "learning_rate",
+                                         "--loss", "loss"],
+     "--lr learning_rate: no such column in {tmp}/runs.csv (did you mean 'learning_rate_x'?); valid: learning_rate_x, "
+     "loss, lr, seed, width"),
+    ("a scale column not in the table", ["{tmp}/runs.csv", "--name", "s", "--scale", "width=n_embd", "--lr", "lr",
+                                         "--loss", "loss"],
+     "--scale width n_embd: no such column in {tmp}/runs.csv; valid: learning_rate_x, loss, lr, seed, width"),
+    ("a name that leaves the results folder", ["{tmp}/runs.csv", "--name", "../x", *COLUMNS],
+     "--name '../x' must be a folder name inside the results folder (no '/', not starting with '.')"),
+    ("a study folder that holds records", ["{tmp}/runs.csv", "--name", "keep", *COLUMNS],
+     "{finished}/keep already holds a study (1 record(s)); --append adds this table's runs to it, or choose another --name"),
+    ("a column name that is no key", ["{tmp}/runs.csv", "--name", "s", "--scale", "model size", "--lr", "lr", "--loss",
+                                      "loss"],
+     "--scale 'model size': the column's name 'model size' is no config key (letters, digits, _ and dots); give "
+     "--scale KEY=COL, e.g. --scale width=model size"),
+    ("lrtransfer's own key", ["{tmp}/runs.csv", "--name", "s", *COLUMNS, "--group", "seed=seed"],
+     "--group 'seed=seed': seed is lrtransfer's own key"),
+    ("a column named twice", ["{tmp}/runs.csv", "--name", "s", "--scale", "width", "--lr", "lr", "--loss", "lr"],
+     "column 'lr' is named twice (--lr and --loss); each column is one thing"),
+    ("no scale", ["{tmp}/runs.csv", "--name", "s", "--lr", "lr", "--loss", "loss"], "give the scale column: --scale width=COL"),
+    ("no name", ["{tmp}/runs.csv", *COLUMNS], "Missing option '--name'"),
+    ("no usable row", ["{tmp}/empty_losses.csv", "--name", "s", *COLUMNS],
+     "{tmp}/empty_losses.csv: no row is a usable run (2 no loss; line 2: loss is empty (no loss: a run that never "
+     "reported one; a diverged run's is NaN or inf)); nothing written"),
+    ("an empty results folder", ["{tmp}/runs.csv", "--name", "s", *COLUMNS, "--results-dir", ""],
+     "--results-dir '' is empty: give a folder (the default: results)"),
+    ("a FIFO as the table", ["{tmp}/fifo.csv", "--name", "s", *COLUMNS],
+     "{tmp}/fifo.csv: not a regular file (a FIFO); give the table of runs"),
+]
+
+
+def _tables(tmp):
+    (tmp / "runs.csv").write_text("width,lr,seed,loss,learning_rate_x\n64,0.001,0,2.5,0\n")
+    (tmp / "runs.txt").write_text("width,lr,loss\n64,0.001,2.5\n")
+    (tmp / "broken.jsonl").write_text('{"width": 64, "lr": 0.001, "loss": 2.5}\n{"width": 64, "lr":\n')
+    (tmp / "deep.jsonl").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (tmp / "bad.parquet").write_bytes(b"PAR1 not really")
+    (tmp / "latin.csv").write_bytes("width,lr,loss,param\n64,0.001,2.5,d\xe9j\xe0\n".encode("latin-1"))
+    (tmp / "empty_losses.csv").write_text("width,lr,loss\n64,0.001,\n64,0.002,\n")
+    os.mkfifo(tmp / "fifo.csv")
+
+
+@pytest.mark.parametrize("case, args, fragment", IMPORT, ids=[c[0] for c in IMPORT])
+def test_bad_import_input(cli, finished, tmp_path, deadline, case, args, fragment):
+    """One line, exit 2, and nothing written: no study folder, the finished study untouched."""
+    _tables(tmp_path)
+    before = {p: p.read_bytes() for p in finished.rglob("*") if p.is_file()}
+    subs = {"tmp": str(tmp_path), "finished": str(finished)}
+    code, out, err = cli("import", "--results-dir", str(finished), *[a.format(**subs) for a in args])  # a case may give its own
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (out, err)
+    assert fragment.format(**subs) in lines[0], lines[0]
+    assert {p: p.read_bytes() for p in finished.rglob("*") if p.is_file()} == before

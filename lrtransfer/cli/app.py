@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from lrtransfer.cli import show, usage
+from lrtransfer.cli import importing, show, usage
 from lrtransfer.cli.completion import complete_override, use_override_aware_bash_script
 
 app = typer.Typer(
@@ -245,6 +245,8 @@ def plot(
     paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
     for p in paths:
         typer.echo(f"wrote {p} (+ .pdf)")
+    for study in plots.without_curves(groups):
+        typer.echo(f"study {study}: {plots.NO_CURVES}")
 
 
 @app.command()
@@ -423,6 +425,9 @@ def inspect(
     if len(docs) > 1:
         typer.echo("== ratios to the first width")
         typer.echo(inspection.ratio_table(docs))
+
+
+app.command("import")(importing.import_table)
 
 
 def main() -> None:
