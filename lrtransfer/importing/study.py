@@ -25,13 +25,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lrtransfer import __version__
 from lrtransfer.config.validate import MAX_ABS_LOG2_LR
 from lrtransfer.errors import Fault, UserError, shown
 from lrtransfer.importing.columns import Columns
-from lrtransfer.importing.tables import LENGTH, Row, Table
-from lrtransfer.store import INT64, RECORD_NAME, SCALE_BOUNDS, is_complete, probe_writable, record_problem, write_record
+from lrtransfer.importing.tables import Row, Table
+from lrtransfer.store import (
+    IMPORTED,
+    INT64,
+    RECORD_NAME,
+    SCALE_BOUNDS,
+    is_complete,
+    probe_writable,
+    record_problem,
+    write_record,
+)
 
-SOURCE_KIND = "import"
 TRUE, FALSE = ("true", "1", "yes", "y", "t"), ("false", "0", "no", "n", "f")
 
 
@@ -88,11 +97,34 @@ def check_study_folder(folder: Path, append: bool) -> None:
 
 def records(table: Table, columns: Columns, name: str) -> Imported:
     """The table's rows as records (a job per scale and group values), and the rows skipped."""
-    source = {"kind": SOURCE_KIND, "table": str(table.path.resolve()), "sha256": table.sha256, "format": table.format,
-              "columns": columns.record()}
-    jobs: dict[tuple, dict] = {}  # (scale values, group values) -> {"config": ..., "runs": {run key: run}}
-    seen: dict[tuple, str] = {}  # a run's identity -> the row that gave it
-    out = Imported([], rows=len(table.rows))
+    jobs, bad = _jobs(table, columns)
+    source = {"kind": IMPORTED, "table": str(table.path.resolve()), "sha256": table.sha256, "format": table.format,
+              "columns": columns.record(), "rows": len(table.rows), "skipped": len(bad)}
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out = Imported([], bad, len(table.rows))
+    for config, runs in jobs.values():
+        record = {
+            "job_id": job_id(config, source),
+            "config": {"name": name, **config},
+            "status": "complete",
+            "source": source,
+            "created": created,
+            "versions": {"lrtransfer": __version__, "python": platform.python_version()},
+            "runs": sorted(runs, key=lambda r: (r["seed"], r["log2_lr"])),
+        }
+        problem = record_problem(record)
+        if problem:  # every value was checked row by row: a record refused here is this module's fault
+            raise AssertionError(f"an imported record the analysis would refuse: {problem}")
+        out.records.append(record)
+    out.records.sort(key=lambda r: r["job_id"])
+    return out
+
+
+def _jobs(table: Table, columns: Columns) -> tuple[dict[str, tuple[dict, list[dict]]], list[BadRow]]:
+    """The good rows by job ({its config as JSON: (config, runs)}), and the bad ones."""
+    jobs: dict[str, tuple[dict, list[dict]]] = {}
+    seen: dict[tuple, str] = {}  # a run's identity (job, seed, log2 LR) -> the row that gave it
+    bad = []
     for row in table.rows:
         try:
             config, run = _run(row, columns)
@@ -103,31 +135,11 @@ def records(table: Table, columns: Columns, name: str) -> Imported:
                 raise Bad("duplicate run", f"the same run as {seen[key]} (seed {run['seed']} at lr {run['lr']:g}, "
                                            f"{_config_words(config)}){hint}")
         except Bad as e:
-            out.bad.append(BadRow(row.where, e.kind, str(e)))
+            bad.append(BadRow(row.where, e.kind, str(e)))
             continue
         seen[key] = row.where
-        jobs.setdefault(job, {"config": config, "runs": []})["runs"].append(run)
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    from lrtransfer import __version__
-
-    source.update(rows=out.rows, skipped=len(out.bad))
-    for job in jobs.values():
-        config = {"name": name, **job["config"]}
-        record = {
-            "job_id": job_id(job["config"], source),
-            "config": config,
-            "status": "complete",
-            "source": source,
-            "created": created,
-            "versions": {"lrtransfer": __version__, "python": platform.python_version()},
-            "runs": sorted(job["runs"], key=lambda r: (r["seed"], r["log2_lr"])),
-        }
-        problem = record_problem(record)
-        if problem:  # every value was checked row by row: a record refused here is this module's fault
-            raise AssertionError(f"an imported record the analysis would refuse: {problem}")
-        out.records.append(record)
-    out.records.sort(key=lambda r: r["job_id"])
-    return out
+        jobs.setdefault(job, (config, []))[1].append(run)
+    return jobs, bad
 
 
 def job_id(config: dict, source: dict) -> str:
@@ -141,9 +153,8 @@ def job_id(config: dict, source: dict) -> str:
 def _run(row: Row, columns: Columns) -> tuple[dict, dict]:
     """A row as (its job's config, its run), or `Bad`."""
     v = row.values
-    if LENGTH in v:
-        cells, header = v[LENGTH]
-        raise Bad("wrong number of cells", f"{cells} cells where the header has {header}")
+    if row.cells is not None:
+        raise Bad("wrong number of cells", f"{row.cells[0]} cells where the header has {row.cells[1]}")
     flat: dict[str, Any] = {}
     for key, column in columns.scales.items():
         flat[key] = _scale(key, column, v.get(column))

@@ -34,6 +34,7 @@ EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "json", "
 class Row:
     where: str  # `line 12` (CSV, JSON lines), `item 3` (a JSON array), `row 12` (Parquet)
     values: dict[str, Any]  # column -> str, int, float, bool or None (a list where a row held one)
+    cells: tuple[int, int] | None = None  # a CSV line of another length than the header: (its cells, the header's)
 
 
 @dataclass
@@ -121,15 +122,12 @@ def _csv(path: Path, data: bytes, delimiter: str) -> tuple[list[str], list[Row],
                 continue
             where = f"line {reader.line_num}"
             if len(cells) != len(header):
-                rows.append(Row(where, {LENGTH: (len(cells), len(header))}))
+                rows.append(Row(where, {}, (len(cells), len(header))))
                 continue
             rows.append(Row(where, {c: (v if v != "" else None) for c, v in zip(header, cells) if c not in repeated}))
     except csv.Error as e:
         raise UserError(f"{path}: not a readable CSV file (line {reader.line_num}: {e})") from None
     return header, rows, repeated
-
-
-LENGTH = "\0cells"  # a CSV row's marker: (its cells, the header's), where it has not as many as the header
 
 
 def _json(path: Path, data: bytes) -> tuple[list[str], list[Row]]:
