@@ -61,6 +61,15 @@ def write_jsonl(path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def write_tsv(path, rows: list[dict]) -> None:
+    path.write_text("".join("\t".join(map(str, r)) + "\n" for r in [rows[0], *[r.values() for r in rows]]))
+
+
+def write_json_array(path, rows: list[dict]) -> None:
+    """pandas' `to_json(orient="records")`: one array of objects."""
+    path.write_text(json.dumps(rows))
+
+
 def write_parquet(path, rows: list[dict]) -> None:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
@@ -93,8 +102,9 @@ def test_a_shell_loops_csv_gives_the_optima_and_drift_computed_by_hand(cli, tmp_
     assert g["n_diverged"] == [0, 0, 0, 3]
 
 
-@pytest.mark.parametrize("fmt, write", [("jsonl", write_jsonl), ("parquet", write_parquet)])
-def test_json_lines_and_parquet_read_as_the_csv(cli, tmp_path, fmt, write):
+@pytest.mark.parametrize("fmt, write", [("jsonl", write_jsonl), ("parquet", write_parquet), ("tsv", write_tsv),
+                                        ("json", write_json_array)])
+def test_json_lines_parquet_tsv_and_a_json_array_read_as_the_csv(cli, tmp_path, fmt, write):
     write_csv(tmp_path / "runs.csv", synthetic())
     write(tmp_path / f"runs.{fmt}", synthetic())
     for name in ("runs.csv", f"runs.{fmt}"):
