@@ -42,6 +42,7 @@ from lrtransfer.errors import ConfigError, one_line, warn
 from lrtransfer.nn.atoms import OUTPUT, Atom, Module, scaled
 from lrtransfer.nn.causal import reads_ahead
 from lrtransfer.nn.roles import Layer
+from lrtransfer.nn.taps import Taps, coord_modules
 
 
 class ReadoutUse(Atom):
@@ -191,6 +192,7 @@ class Custom(Module):
         # (`stream`: (seed, device) -> that state); random: whether the forward draws (None: not seen yet)
         self.stream, self.random, self.streams = stream, None, None
         self.seeds = [0] * runs  # each run's seed (`draw_own_init`)
+        self.taps, self.tapped = None, {}  # the coordinate check's hooks, and what they read (`start_taps`)
 
     def _reads_ahead(self, net: nn.Module, layers: list[Layer], input_shape: tuple[int, ...]) -> bool | None:
         """`causal.reads_ahead` on the module as built (seed 0's own init, its dropout off), where it
@@ -308,7 +310,9 @@ class Custom(Module):
                 for n, t in mine.items():
                     t.register_hook(functools.partial(self._reached_by, n, k))
             with self._in_stream([k], x.device):
-                ys.append(self._call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k]))
+                call = self._call_of(x)
+                y = call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k])
+                ys.append(y if call == self._call else self._keep_taps(*y, [k]))
         return ys[0].unsqueeze(0) if self.runs == 1 else torch.stack(ys)
 
     def _reached_by(self, name: str, k: int, grad: Tensor) -> None:
@@ -357,19 +361,23 @@ class Custom(Module):
             mine = {n: b.index_select(0, idx) for n, b in buffers.items()}
             with self._in_stream(runs, x.device):
                 ys.append(self._vmapped({n: p.index_select(0, idx) for n, p in params.items()}, mine,
-                                        x if shared else x.index_select(0, idx), shared, "same"))
+                                        x if shared else x.index_select(0, idx), shared, "same", runs))
             with torch.no_grad():
                 for n, b in buffers.items():
                     b.index_copy_(0, idx, mine[n])
         order = torch.tensor([k for runs in groups for k in runs], device=x.device).argsort()
         return torch.cat(ys).index_select(0, order)
 
-    def _vmapped(self, params: dict, buffers: dict, x: Tensor, shared: bool, randomness: str) -> Tensor:
+    def _vmapped(self, params: dict, buffers: dict, x: Tensor, shared: bool, randomness: str,
+                 runs: list[int] | None = None) -> Tensor:
+        """The runs (`runs`, None: all) under vmap at once."""
         self.vmapping = True
         try:
             with plain_attention(x.device):
-                return torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness=randomness)(
+                call = self._call_of(x)
+                y = torch.func.vmap(call, in_dims=(0, 0, None if shared else 0), randomness=randomness)(
                     params, buffers, x)
+                return y if call == self._call else self._keep_taps(*y, runs)
         except RuntimeError as e:
             if "randomness error mode" not in str(e) or self.random is None:
                 raise
@@ -381,6 +389,39 @@ class Custom(Module):
         return ConfigError(f"model.target={self.target}: its forward draws random numbers at some steps and not at its "
                            "first, so its runs' draws cannot each follow their own seed; draw them at every step "
                            "(dropout of rate 0 draws none)")
+
+    # ---- what the coordinate check records: its submodules' outputs, each run's (nn/taps.py)
+    def start_taps(self) -> dict[str, str]:
+        """From the next forward on, each run's mean |output| of the modules `taps.coord_modules` picks,
+        in `tapped` ({path: (K,)}, in the order the forward first reaches them); returns {path: its group}."""
+        groups = coord_modules(self.net, [a for names in self.aliases.values() for a in names])
+        self.taps, self.tapped = Taps({p: self.net.get_submodule(p) for p in groups}), {}
+        return groups
+
+    def stop_taps(self) -> None:
+        if self.taps is not None:
+            self.taps.remove()
+        self.taps = None
+
+    def _call_of(self, x: Tensor) -> Callable:
+        """What a run's (or, under vmap, every run's) forward calls: `_call`, or while the taps record,
+        `_read_taps` (the logits and what the taps read, which vmap returns with one value per run)."""
+        return self._call if self.taps is None or x.device.type == "meta" else self._read_taps
+
+    def _read_taps(self, params: dict, buffers: dict, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        self.taps.current = {}
+        try:
+            return self._call(params, buffers, x), self.taps.current
+        finally:
+            self.taps.current = None
+
+    def _keep_taps(self, y: Tensor, read: dict[str, Tensor], runs: list[int] | None) -> Tensor:
+        """What the taps read for `runs` (None: all; each value (len(runs),), or 0-dim for one run), kept
+        in `tapped`; returns the logits."""
+        for path, v in read.items():
+            held = self.tapped.setdefault(path, torch.full((self.runs,), float("nan"), dtype=v.dtype, device=v.device))
+            held[slice(None) if runs is None else torch.tensor(runs, device=v.device)] = v
+        return y
 
     # ---- random draws: each run's from its own stream
     @contextlib.contextmanager
