@@ -181,6 +181,8 @@ class Custom(Module):
         # the module's logits at a position change with a later token (no causal mask): said at the first
         # forward on tokens, whose targets are the next ones (`causal.reads_ahead`); None: not known
         self.reads_ahead = self._reads_ahead(net, layers, input_shape) if params else None
+        # an embedding with a padding row (BERT's word table): under vmap, its gradient as a loop's (`PaddingRows`)
+        self.padded = any(isinstance(m, nn.Embedding) and m.padding_idx is not None for m in net.modules())
         _strip(net)
         self.net = net
         self.batched = True  # vmap over the runs; False once vmap could not run the module
@@ -254,7 +256,7 @@ class Custom(Module):
         kwargs = {"targets": torch.zeros_like(x)} if self.takes_targets and not torch.is_floating_point(x) else {}
         try:
             with (AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext(),
-                  PaddingRows() if self.vmapping else contextlib.nullcontext()):
+                  PaddingRows() if self.vmapping and self.padded else contextlib.nullcontext()):
                 out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
         except Exception as e:  # a context longer than the module's own (its position table): one line
             # not under vmap: what stops vmap (a random draw in its error mode, an operation it cannot batch)
