@@ -75,7 +75,8 @@ def sweep(
         "the drift is least sure) until each verdict is decided (adaptive.enabled=true)."
     ),
     budget: Optional[str] = typer.Option(
-        None, "--budget", help="With --until-decided: at most this many run-steps (20000), or this long (90m, 2h, 600s)."
+        None, "--budget", help="With --until-decided: at most this many run-steps (20000; a run-step is one "
+        "training step of one LR run), or this long (90m, 2h, 600s)."
     ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
@@ -442,7 +443,7 @@ def main() -> None:
     if not getattr(warnings.showwarning, "once", False):
         warnings.showwarning = show.each_warning_once(warnings.showwarning)
 
-    new_scope()  # each warning once a command (and once a job of a sweep)
+    new_scope(command=True)  # each warning once a command (and once a job of a sweep)
     try:
         code = app(prog_name="lrtransfer", standalone_mode=False)  # a usage error comes here as itself: one line
     except usage.ERRORS.UsageError as e:

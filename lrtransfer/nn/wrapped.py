@@ -425,7 +425,8 @@ class Custom(Module):
         self._close_streams(before)
         if self.own_loss and not self.told:
             self.told = True
-            warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
+            warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained",
+                 study=True)
         self._check(y, x, shared)
         if torch.is_grad_enabled():
             self._said(y)
