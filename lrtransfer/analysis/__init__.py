@@ -36,6 +36,9 @@ from lrtransfer.analysis.statistics import (
     CONFIDENCE,
     EDGE_HIGH,
     EDGE_LOW,
+    FIRM_SCALES,
+    FIRM_SEEDS,
+    FIRM_VERDICTS,
     INTERIOR,
     LOCATED,
     N_RESAMPLES,
@@ -48,19 +51,22 @@ from lrtransfer.analysis.statistics import (
     ScaleOptima,
     curves,
     drift,
+    firm_evidence,
     subgrid_optima,
     t_quantile,
     transfer_cost,
     verdict,
+    verdict_text,
 )
 from lrtransfer.analysis.resampling import curve_noise
 from lrtransfer.analysis.summary import group_dict, overview, summarize, summary_doc
 
 __all__ = [
-    "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "HISTORY_COLUMNS", "INTERIOR", "LOCATED", "METRICS", "N_RESAMPLES",
-    "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE", "VERDICTS", "Fit", "Group",
-    "NoRecordsError", "Optima", "ScaleOptima", "Scan", "Skipped", "SkippedRecordWarning", "analyse", "check_metric",
-    "config_columns", "curve_noise", "curves", "drift", "export_frame", "group_dict", "groups", "load_runs",
-    "maximizes", "metric_noun", "overview", "partition", "scale_axis", "scan", "scan_runs", "scanned_groups",
-    "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys", "transfer_cost", "verdict",
+    "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "FIRM_SCALES", "FIRM_SEEDS", "FIRM_VERDICTS", "HISTORY_COLUMNS", "INTERIOR",
+    "LOCATED", "METRICS", "N_RESAMPLES", "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE",
+    "VERDICTS", "Fit", "Group", "NoRecordsError", "Optima", "ScaleOptima", "Scan", "Skipped", "SkippedRecordWarning",
+    "analyse", "check_metric", "config_columns", "curve_noise", "curves", "drift", "export_frame", "firm_evidence",
+    "group_dict", "groups", "load_runs", "maximizes", "metric_noun", "overview", "partition", "scale_axis", "scan",
+    "scan_runs", "scanned_groups", "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys",
+    "transfer_cost", "verdict", "verdict_text",
 ]

@@ -20,6 +20,8 @@ from lrtransfer.analysis.resampling import replicates, seed_tables
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
     EDGE_LOW,
+    FIRM_SCALES,
+    FIRM_SEEDS,
     LOCATED,
     N_RESAMPLES,
     NONE,
@@ -32,9 +34,11 @@ from lrtransfer.analysis.statistics import (
     replicate_fit,
     scale_intervals,
     scale_optima,
+    ruled,
     subgrid_optima,
     transfer_cost,
     verdict,
+    widen,
 )
 
 
@@ -60,7 +64,9 @@ class Group:
     drift_ci: list[float] | None = None
     drift_scales: list[int | float] = field(default_factory=list)
     interval_method: str | None = None
+    # "tentative" where the interval's word is firm but the evidence is not (`statistics.firm_evidence`)
     verdict: str = "undetermined"
+    leans: str = "undetermined"  # the interval's own word (`statistics.verdict`): the verdict, or where a tentative one leans
     transfer_log2_lr: float | None = None
     transfer_loss: list[float | None] = field(default_factory=list)
     transfer_cost: list[float | None] = field(default_factory=list)
@@ -141,6 +147,11 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         fit = replicate_fit(x, np.array([opt.best[i] for i in used], dtype=float), counts, ss, df)
     else:
         fit = drift_fit(x, [opt.best[i] for i in used], resampled, method, inflate)
+        if len(used) == 2 and fit is not None:  # no scatter about a line through two points: the seeds' own spread
+            counts, ss, df = seed_spread(tables, [scales[i] for i in used], maximize, window)
+            if df >= 1:
+                widen(fit, replicate_fit(x, np.array([opt.best[i] for i in used], dtype=float), counts, ss, df,
+                                         adaptive=False))
     if fit is not None and fit.ci is None:
         warn.append("no interval: too few finite points to measure the noise; add seeds")
     on_edge = any(k in (EDGE_LOW, EDGE_HIGH) for k in opt.kind)  # the optimum may lie off the grid: no verdict
@@ -151,12 +162,19 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
 
     per = sub.groupby(axis)
     n_seeds = [int(per.get_group(s)["run_seed"].nunique()) for s in scales]
+    leans = "undetermined" if on_edge or fit is None else verdict(fit.ci)
+    ruling = ruled(leans, [n_seeds[i] for i in used])
     if fit is not None and fit.ci is not None and max(n_seeds) == 1:
         warn.append(one_seed_warning(axis, len(used), int(sub["run_seed"].iloc[0]), window is not None))
     elif fit is not None and fit.ci is not None and len(used) == 2 and window is None:
-        warn.append(f"two {axis}s: the interval is the seeds' bootstrap alone, with no scatter of the optima about the "
-                    "line to widen it, and a bootstrap over few seeds is too narrow (in scripts/interval_coverage.py's "
-                    f"studies it covered 72-83% of true drifts with 3-5 seeds, not 95%); a third {axis} adds that check")
+        warn.append(f"two {axis}s: the interval comes from the seeds alone (the wider of their bootstrap and a t interval "
+                    "from the spread of each seed's own optimum), with no scatter of the optima about a line to check "
+                    f"that the optimum moves in a straight line; a third {axis} adds that check")
+    if ruling == "tentative":
+        short = [f"{scales[i]}" for i in used if n_seeds[i] < FIRM_SEEDS]
+        warn.append(f"tentative: the interval says {leans}, but a firm verdict needs {FIRM_SCALES} {axis}s, or "
+                    f"{FIRM_SEEDS} seeds at each (docs/studies.md, 'How firm a verdict is'); {axis} "
+                    f"{', '.join(short)} {'has' if len(short) == 1 else 'have'} one seed")
     return Group(
         fixed=fixed,
         axis=axis,
@@ -176,7 +194,8 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         drift_ci=None if fit is None or fit.ci is None else list(fit.ci),
         drift_scales=[scales[i] for i in used],
         interval_method=None if fit is None else fit.method,
-        verdict="undetermined" if on_edge or fit is None else verdict(fit.ci),
+        verdict=ruling,
+        leans=leans,
         transfer_log2_lr=t_lr,
         transfer_loss=t_loss,
         transfer_cost=t_cost,

@@ -39,7 +39,11 @@ from lrtransfer.analysis.records import plain
 TOLERANCE = 0.25  # |drift| (octaves per doubling) within which an optimum "transfers"
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
-VERDICTS = ("transfers", "drifts down", "drifts up", "inconclusive", "undetermined")
+VERDICTS = ("transfers", "drifts down", "drifts up", "inconclusive", "undetermined", "tentative")
+FIRM_VERDICTS = ("transfers", "drifts down", "drifts up")  # the words that claim something of the drift
+# What a firm verdict needs (`firm_evidence`): this many located scales, or this many seeds at each.
+# scripts/verdict_evidence.py measures why (docs/studies.md, "How firm a verdict is").
+FIRM_SCALES, FIRM_SEEDS = 3, 2
 # Where a scale's optimum sits on its LR grid.
 INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE = (
     "interior",
@@ -246,6 +250,25 @@ def verdict(ci: tuple[float, float] | None, tolerance: float = TOLERANCE) -> str
     return "inconclusive"
 
 
+def firm_evidence(seeds: list[int]) -> bool:
+    """Whether the drift's interval holds what a firm verdict needs, from the seeds of each scale it
+    was fitted to: a third scale (the optima's scatter about the line measures how far a seed moves
+    an optimum) or a second seed at every scale (the seeds' spread measures it). With two scales of
+    one seed the interval holds only the noise along each LR curve, and its verdict is tentative."""
+    return len(seeds) >= FIRM_SCALES or (len(seeds) > 0 and min(seeds) >= FIRM_SEEDS)
+
+
+def ruled(word: str, seeds: list[int]) -> str:
+    """The verdict under the evidence rule: a firm word (`FIRM_VERDICTS`) without `firm_evidence`
+    is 'tentative' (the interval's word is kept beside it as the way it leans)."""
+    return "tentative" if word in FIRM_VERDICTS and not firm_evidence(seeds) else word
+
+
+def verdict_text(verdict: str, leans: str) -> str:
+    """A verdict as every reader prints it: 'tentative: transfers' below the evidence rule."""
+    return f"tentative: {leans}" if verdict == "tentative" else verdict
+
+
 def inflation(n_seeds: int) -> float:
     """A bootstrap over S values spreads sqrt((S-1)/S) too little (plug-in variance); this undoes it."""
     return math.sqrt(n_seeds / (n_seeds - 1)) if n_seeds > 1 else 1.0
@@ -289,7 +312,15 @@ def drift_fit(x: np.ndarray, y: np.ndarray, boot: np.ndarray | None, method: str
     return fit
 
 
-def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float, within_df: int) -> Fit | None:
+def widen(fit: Fit, other: Fit | None) -> None:
+    """`fit` given `other`'s interval, band and method where `other`'s interval is the wider (the same
+    line: what a prediction reads of `fit`'s resampled optima stays)."""
+    if other is not None and _width(other) > _width(fit):
+        fit.ci, fit.method, fit.band_x, fit.band_lo, fit.band_hi = other.ci, other.method, other.band_x, other.band_lo, other.band_hi
+
+
+def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float, within_df: int,
+                  adaptive: bool = True) -> Fit | None:
     """The drift line of optima `y` (each the optimum of its scale's mean curve over n_i seeds)
     against log2 scales `x`, weighted by n_i, with the interval of a regression with replicates.
 
@@ -321,7 +352,8 @@ def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float,
     fewest, most = int(w.min()), int(w.max())
     seeds = f"{fewest} seed{'s' if fewest > 1 else ''}" if fewest == most else f"{fewest} to {most} seeds"
     method = (f"weighted least squares on the optima, {seeds} per scale "
-              f"(adaptive: t, {df} df from the seeds' spread and the scatter about the line)")
+              f"({'adaptive: ' if adaptive else ''}t, {df} df from the seeds' spread"
+              f"{' and the scatter about the line' if k > 2 else ''})")
     fit = Fit(slope, intercept, (slope - half, slope + half), method, bx, line - band, line + band)
     fit.x, fit.y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     return fit

@@ -107,7 +107,7 @@ def group_warnings(groups) -> None:
 def summary(doc: dict) -> None:
     from rich.table import Table
 
-    from lrtransfer.analysis import metric_noun
+    from lrtransfer.analysis import metric_noun, verdict_text
     from lrtransfer.analysis.summary import incomplete_words, skipped_lines
 
     console = wide_console()
@@ -144,7 +144,7 @@ def summary(doc: dict) -> None:
         interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
         console.print(
             f"drift: [bold]{_fmt(g['drift'], '+.2f')}{interval}[/] octaves of optimal LR per doubling of "
-            f"{g['axis']} -> [bold]{g['verdict']}[/]"
+            f"{g['axis']} -> [bold]{verdict_text(g['verdict'], g['leans'])}[/]"
             f"{incomplete_words(g['skipped_records'], g['skipped_runs'])}"
         )
         if g.get("interval_method"):
@@ -226,6 +226,7 @@ def adaptive_round(r) -> None:
     verdict so far, the run-steps spent and what the next round trains."""
     from rich.table import Table
 
+    from lrtransfer.analysis import verdict_text
     from lrtransfer.sweeps.outcome import next_words
 
     console = wide_console()
@@ -247,7 +248,7 @@ def adaptive_round(r) -> None:
         console.print(table)
         ci = "" if a.drift_ci is None else f" [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
         status = g.end or (g.step.state if g.step else "")
-        console.print(f"drift {_fmt(a.drift, '+.2f')}{ci} -> [bold]{a.verdict}[/] "
+        console.print(f"drift {_fmt(a.drift, '+.2f')}{ci} -> [bold]{verdict_text(a.verdict, a.leans)}[/] "
                       f"({status}; {g.spent:,} run-steps)")
         for note in (g.step.notes if g.step else []):
             console.print(f"  {note}")

@@ -7,7 +7,7 @@ others by what tells them apart; the title says what the panels share.
 
 from __future__ import annotations
 
-from lrtransfer.analysis import Group, telling_keys
+from lrtransfer.analysis import Group, telling_keys, verdict_text
 from lrtransfer.analysis.summary import incomplete_words
 from lrtransfer.reporting.style import signed
 
@@ -69,8 +69,10 @@ def description(family: list[Group]) -> str:
 
 
 def drift_words(g: Group) -> str:
+    """The drift, its interval and the verdict (`tentative: transfers` below the evidence rule)."""
+    said = f"{verdict_text(g.verdict, g.leans)}{incomplete_words(g.skipped_records, g.skipped_runs)}"
     if g.drift is None:
-        return f"drift n/a · {g.verdict}{incomplete_words(g.skipped_records, g.skipped_runs)}"
+        return f"drift n/a · {said}"
     ci = "" if g.drift_ci is None else f" [{signed(g.drift_ci[0])}, {signed(g.drift_ci[1])}]"
-    return f"drift {signed(g.drift)}{ci} · {g.verdict}{incomplete_words(g.skipped_records, g.skipped_runs)}"
+    return f"drift {signed(g.drift)}{ci} · {said}"
 
