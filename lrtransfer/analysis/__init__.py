@@ -14,7 +14,7 @@ figures.
 """
 
 from lrtransfer.analysis.group import Group, analyse, groups, scanned_groups
-from lrtransfer.analysis.grouping import SHOWN, config_columns, partition, scale_axis, telling_keys
+from lrtransfer.analysis.grouping import SHOWN, config_columns, partition, scale_axis, telling_keys, versioned
 from lrtransfer.analysis.records import (
     HISTORY_COLUMNS,
     METRICS,
@@ -69,4 +69,5 @@ __all__ = [
     "group_dict", "groups", "load_runs", "maximizes", "metric_noun", "overview", "partition", "scale_axis", "scan",
     "scan_runs", "scanned_groups", "subgrid_optima", "summarize", "summary_doc", "t_quantile", "telling_keys",
     "transfer_cost", "verdict", "verdict_text",
+    "versioned",
 ]

@@ -80,19 +80,24 @@ class Group:
     skipped_records: int = 0
     skipped_runs: int = 0
     failed_jobs: int = 0  # jobs of its study whose record says they failed: left out, as skipped ones
+    # Jobs left out as built from older versions of this group's data or model files (`versions`)
+    superseded_jobs: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return "  ".join(f"{k}={v}" for k, v in self.fixed.items())
 
 
-def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Group]:
+def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0,
+           all_versions: bool = False) -> list[Group]:
     """Every group of `df`, analysed. Deterministic: resampling uses a fixed `seed`.
 
     A group with a second inner axis (`grid.<key>`) is analysed along the LR at each
-    scale's best value, and its `joint` holds the value axis (`joint.best_values`)."""
+    scale's best value, and its `joint` holds the value axis (`joint.best_values`). A group whose
+    jobs were built from several versions of its inputs is its newest version's, with a warning
+    that names the others' jobs (`versions`); `all_versions`: a group per version."""
     out = []
-    for axis, fixed, sub in partition(df):
+    for axis, fixed, sub, old in partition(df, all_versions):
         rng = np.random.default_rng(seed)
         if "grid_key" in sub and sub["grid_key"].notna().any():
             joint, at_best = best_values(sub, axis, metric)
@@ -101,15 +106,18 @@ def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N
             g.warnings = joint_warnings(joint, axis, g.scales) + g.warnings
         else:
             g = analyse(sub, axis, fixed, metric, rng, n_resamples)
+        if old is not None:
+            g.superseded_jobs = old.jobs
+            g.warnings.insert(0, old.warning())
         out.append(g)
     return out
 
 
-def scanned_groups(found: Scan, metric: str = "train_loss") -> list[Group]:
+def scanned_groups(found: Scan, metric: str = "train_loss", all_versions: bool = False) -> list[Group]:
     """The groups of a scanned folder (`records.scan`), each told how many records of its study
     were skipped, with a warning that says so first: a verdict never reads as a whole study's
     when part of it could not be read."""
-    out = groups(found.runs, metric)
+    out = groups(found.runs, metric, all_versions=all_versions)
     for g in out:
         g.skipped_records, g.skipped_runs = found.skipped_in(str(g.fixed.get("study")))
         failed = [f for f in found.failed if f["study"] == str(g.fixed.get("study"))]

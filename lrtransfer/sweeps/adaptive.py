@@ -213,7 +213,7 @@ def _groups(sweeper, job_overrides):
     first = bases[0].typed
     settings = settings_of(first)
     groups = []
-    for axis, fixed, sub in partition(records.table(fake)):
+    for axis, fixed, sub, _ in partition(records.table(fake)):
         members = {}
         for _, row in sub.iterrows():
             scale = scale_value(row[axis])
