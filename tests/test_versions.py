@@ -78,6 +78,10 @@ def test_all_versions_shows_each_version_as_a_group(changed, cli):
     assert first["scales"] == [16, 32] and second["scales"] == [16]
     assert first["fixed"]["inputs"] != second["fixed"]["inputs"]
     assert all(g["superseded_jobs"] == [] for g in (first, second)) and "held by two jobs" not in err
+    import lrtransfer
+
+    assert [g["scales"] for g in lrtransfer.summarize(root, all_versions=True)] == [[16, 32], [16]]  # the Python API
+    assert [g["scales"] for g in lrtransfer.summarize(root)] == [[16]]
     code, out, _ = cli("list", str(root), "--all-versions")
     assert code == 0 and out.count("inputs=") == 2, out
     code, out, _ = cli("list", str(root))
