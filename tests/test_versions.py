@@ -94,7 +94,9 @@ def test_report_and_export_leave_the_older_jobs_out_alike(changed, cli, tmp_path
     root, old = changed
     code, _, err = cli("report", str(root), "--out", str(tmp_path / "r.html"))
     assert code == 0, err
-    assert "older inputs: 2 job(s)" in (tmp_path / "r.html").read_text()
+    text = (tmp_path / "r.html").read_text()
+    assert "older inputs: 2 job(s)" in text
+    assert "inputs.data.train_path" in text and "sweep_index" not in text and ">created<" not in text  # no config
     code, _, err = cli("export", str(root), "--out", str(tmp_path / "runs.csv"))
     assert code == 0 and "older inputs: 2 job(s)" in err, err
     runs = pd.read_csv(tmp_path / "runs.csv")

@@ -17,6 +17,7 @@ from lrtransfer.analysis.group import Group, analyse, groups, scanned_groups
 from lrtransfer.analysis.grouping import SHOWN, config_columns, partition, scale_axis, telling_keys, versioned
 from lrtransfer.analysis.records import (
     HISTORY_COLUMNS,
+    JOB_COLUMNS,
     METRICS,
     RUN_COLUMNS,
     SCALE_AXES,
@@ -62,7 +63,7 @@ from lrtransfer.analysis.resampling import curve_noise
 from lrtransfer.analysis.summary import group_dict, overview, summarize, summary_doc
 
 __all__ = [
-    "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "FIRM_SCALES", "FIRM_SEEDS", "FIRM_VERDICTS", "HISTORY_COLUMNS", "INTERIOR",
+    "CONFIDENCE", "EDGE_HIGH", "EDGE_LOW", "FIRM_SCALES", "FIRM_SEEDS", "FIRM_VERDICTS", "HISTORY_COLUMNS", "INTERIOR", "JOB_COLUMNS",
     "LOCATED", "METRICS", "N_RESAMPLES", "NEAR_DIVERGENCE", "NONE", "RUN_COLUMNS", "SCALE_AXES", "SHOWN", "TOLERANCE",
     "VERDICTS", "Fit", "Group", "NoRecordsError", "Optima", "ScaleOptima", "Scan", "Skipped", "SkippedRecordWarning",
     "analyse", "check_metric", "config_columns", "curve_noise", "curves", "drift", "export_frame", "firm_evidence",
