@@ -149,7 +149,7 @@ def test_model_source_of_older_records_is_an_input_beside_newer_ones(tmp_path):
     assert "model.source" not in g.fixed  # no longer a key that names a group
     old, new = analysis.groups(analysis.load_runs(tmp_path), all_versions=True)
     assert old.scales == [64, 128] and new.scales == [64]
-    assert old.fixed["inputs"].endswith("(2025-01-01 10:00:01)") and new.fixed["inputs"].endswith("(2025-01-02 10:00:00)")
+    assert old.fixed["inputs"].endswith("(2025-01-01 10:00)") and new.fixed["inputs"].endswith("(2025-01-02 10:00)")
 
 
 def test_without_inputs_nothing_changes(tmp_path):

@@ -75,7 +75,7 @@ def split(runs: pd.DataFrame) -> list[Version]:
     for key in kept:
         ids = [j for j, k in member.items() if k == key]
         date = max(when[j] for j in ids)
-        label = f"{_hash(cols, key)} ({date[:19].replace('T', ' ') or 'date unknown'})"
+        label = f"{_hash(cols, key)} ({date[:16].replace('T', ' ') or 'date unknown'})"  # short enough for a panel's title
         out.append(Version(label, _named(cols, key), runs[runs["job_id"].isin(ids)]))
     return out
 
