@@ -21,7 +21,7 @@ import pandas as pd
 
 from lrtransfer import analysis
 
-DESIGNS = ((2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (4, 1), (4, 2))  # (scales, seeds per scale)
+DESIGNS = ((2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (4, 1))  # (scales, seeds per scale)
 NOISE = ((0.0, 0.01), (0.3, 0.01))  # (s.d. of a seed's optimum shift in octaves, s.d. of each point's noise)
 DRIFTS = (0.0, -0.5, -1.0)  # true drifts, octaves per doubling
 
