@@ -19,8 +19,8 @@ fabricated runs, so the procedure whose coverage is measured is this one.
 3. Once no scale needs an LR, a group whose drift interval lies inside the transfer band
    (+-`TOLERANCE`) or outside it is decided, if the evidence holds a firm verdict
    (`analysis.statistics.firm_evidence`: three scales, or two seeds at each); with two scales
-   and one seed at either, that scale gets a second seed first. Otherwise the scales where a seed narrows the
-   drift's interval most (`_seed_requests`: the extremes of the scale axis, as a rule)
+   and one seed at either, that scale gets a second seed first. Otherwise the scales where a
+   seed narrows the drift's interval most (`_seed_requests`: the extremes of the scale axis, as a rule)
    double their seeds. A new seed trains every LR its scale has; a new LR every seed, so
    each scale's runs stay a full seeds x LRs table. The drift's interval of an adaptive
    study is a weighted regression with replicates (`analysis.statistics.replicate_fit`).
@@ -133,10 +133,9 @@ def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
     if decided(group.drift_ci, s.tolerance) and firm_evidence([len(states[sc].seeds) for sc in located]):
         step.state = "decided"
     elif decided(group.drift_ci, s.tolerance) and not stuck:  # a tentative verdict: the seeds a firm one needs
-        step.requests = [Request(sc, b, seed, "seed") for sc in located
-                         for seed in range(max(states[sc].seeds) + 1,
-                                           max(states[sc].seeds) + 1 + min(FIRM_SEEDS, s.max_seeds) - len(states[sc].seeds))
-                         for b in states[sc].blocks]
+        want = min(FIRM_SEEDS, s.max_seeds)
+        step.requests = [Request(sc, b, max(states[sc].seeds) + 1 + k, "seed") for sc in located
+                         for k in range(want - len(states[sc].seeds)) for b in states[sc].blocks]
         step.state = "seeding" if step.requests else "out of seeds"
         if not step.requests:
             step.notes.append(f"a firm verdict with two {group.axis}s needs {FIRM_SEEDS} seeds at each; "
