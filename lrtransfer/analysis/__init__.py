@@ -2,11 +2,12 @@
 
 Reads records only (never the engine). A module per step: `records` (the runs of
 every record below a folder, as one table), `grouping` (which runs form one family of
-LR curves, and what names it), `statistics` (optima, drift and its interval, verdict,
-transfer cost), `resampling` (the seeds or the curve noise, redrawn, for the
-intervals), `joint` (a second inner axis), `prediction` (the optimum at a new scale)
-and `summary` (groups as plain data for JSON and tables); `group` composes the
-statistics for one group.
+LR curves, and what names it), `versions` (a group's runs by the version of its data
+and model files), `statistics` (optima, drift and its interval, transfer cost),
+`verdicts` (the interval in one word, firm or tentative), `resampling` (the seeds or
+the curve noise, redrawn, for the intervals), `joint` (a second inner axis),
+`prediction` (the optimum at a new scale) and `summary` (groups as plain data for JSON
+and tables); `group` composes the statistics for one group.
 
 What this folder may import: `store` (reading records), `config` (a record's inner
 grid, which keys are run settings), `errors`. Never the engine, the sweep or the
@@ -37,25 +38,27 @@ from lrtransfer.analysis.statistics import (
     CONFIDENCE,
     EDGE_HIGH,
     EDGE_LOW,
-    FIRM_SCALES,
-    FIRM_SEEDS,
-    FIRM_VERDICTS,
     INTERIOR,
     LOCATED,
     N_RESAMPLES,
     NEAR_DIVERGENCE,
     NONE,
-    TOLERANCE,
-    VERDICTS,
     Fit,
     Optima,
     ScaleOptima,
     curves,
     drift,
-    firm_evidence,
     subgrid_optima,
     t_quantile,
     transfer_cost,
+)
+from lrtransfer.analysis.verdicts import (
+    FIRM_SCALES,
+    FIRM_SEEDS,
+    FIRM_VERDICTS,
+    TOLERANCE,
+    VERDICTS,
+    firm_evidence,
     verdict,
     verdict_text,
 )

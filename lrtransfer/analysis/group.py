@@ -20,8 +20,6 @@ from lrtransfer.analysis.resampling import replicates, seed_tables
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
     EDGE_LOW,
-    FIRM_SCALES,
-    FIRM_SEEDS,
     LOCATED,
     N_RESAMPLES,
     NONE,
@@ -34,12 +32,11 @@ from lrtransfer.analysis.statistics import (
     replicate_fit,
     scale_intervals,
     scale_optima,
-    ruled,
     subgrid_optima,
     transfer_cost,
-    verdict,
     widen,
 )
+from lrtransfer.analysis.verdicts import FIRM_SCALES, FIRM_SEEDS, ruled, verdict
 
 
 @dataclass
@@ -64,9 +61,9 @@ class Group:
     drift_ci: list[float] | None = None
     drift_scales: list[int | float] = field(default_factory=list)
     interval_method: str | None = None
-    # "tentative" where the interval's word is firm but the evidence is not (`statistics.firm_evidence`)
+    # "tentative" where the interval's word is firm but the evidence is not (`verdicts.firm_evidence`)
     verdict: str = "undetermined"
-    leans: str = "undetermined"  # the interval's own word (`statistics.verdict`): the verdict, or where a tentative one leans
+    leans: str = "undetermined"  # the interval's own word (`verdicts.verdict`): the verdict, or where a tentative one leans
     transfer_log2_lr: float | None = None
     transfer_loss: list[float | None] = field(default_factory=list)
     transfer_cost: list[float | None] = field(default_factory=list)

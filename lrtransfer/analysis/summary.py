@@ -13,7 +13,8 @@ from lrtransfer.analysis.group import Group, scanned_groups
 from lrtransfer.analysis.grouping import partition, scale_value, telling_keys
 from lrtransfer.analysis.joint import joint_dict
 from lrtransfer.analysis.records import Scan, plain, scan_runs
-from lrtransfer.analysis.statistics import CONFIDENCE, TOLERANCE
+from lrtransfer.analysis.statistics import CONFIDENCE
+from lrtransfer.analysis.verdicts import TOLERANCE
 
 _NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures, not for the document
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from lrtransfer.analysis.statistics import verdict_text
+from lrtransfer.analysis.verdicts import verdict_text
 from lrtransfer.config import ConfigError, validate
 from lrtransfer.store import RECORD_NAME, job_dir, read_record
 from lrtransfer.sweeps import rounds

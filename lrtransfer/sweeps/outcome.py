@@ -4,7 +4,7 @@ how each group ended (decided, or undecided with the cheapest next step), as wor
 
 from __future__ import annotations
 
-from lrtransfer.analysis.statistics import FIRM_SEEDS, verdict_text
+from lrtransfer.analysis.verdicts import FIRM_SEEDS, verdict_text
 from lrtransfer.config.validate import MAX_BUDGET, MAX_BUDGET_S
 from lrtransfer.errors import UserError
 from lrtransfer.store import write_rounds

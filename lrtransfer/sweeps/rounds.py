@@ -18,7 +18,7 @@ fabricated runs, so the procedure whose coverage is measured is this one.
    curve; one octave, at the default resolution, is the spacing of a fixed grid).
 3. Once no scale needs an LR, a group whose drift interval lies inside the transfer band
    (+-`TOLERANCE`) or outside it is decided, if the evidence holds a firm verdict
-   (`analysis.statistics.firm_evidence`: three scales, or two seeds at each); with two scales
+   (`analysis.verdicts.firm_evidence`: three scales, or two seeds at each); with two scales
    and one seed at either, that scale gets a second seed first. Otherwise the scales where a
    seed narrows the drift's interval most (`_seed_requests`: the extremes of the scale axis, as a rule)
    double their seeds. A new seed trains every LR its scale has; a new LR every seed, so
@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, FIRM_SEEDS, LOCATED, NONE, TOLERANCE, firm_evidence
+from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, LOCATED, NONE
+from lrtransfer.analysis.verdicts import FIRM_SEEDS, TOLERANCE, firm_evidence
 
 EPS = 1e-9  # octaves: two LRs closer than this are the same LR
 TRUSTED_SPACING = 4  # resolutions: how far apart LRs may be for a narrow interval to end refining
