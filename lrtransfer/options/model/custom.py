@@ -42,7 +42,7 @@ from lrtransfer.options.model.own_init import OwnInit, seeded
 from lrtransfer.options.model.sources import source_hash
 from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
                                              int_fields, load)
-from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
+from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added, fingerprint
 
 
 class ModelInit(str, Enum):
@@ -91,8 +91,9 @@ class CustomOptions:
     # multiplies the branch; "" finds the known families' (nanoGPT's and GPT-2's c_proj, Llama's o_proj, down_proj)
     branch_outputs: str = added("")
     # The content hash of the files the model is built from (the conf file fills it in:
-    # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does.
-    source: str = ""
+    # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does,
+    # and its record says which version of the files it was built from.
+    source: str = fingerprint("")
 
     def check(self) -> None:
         module, sep, name = self.target.rpartition(":")
