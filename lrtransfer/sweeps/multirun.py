@@ -77,7 +77,7 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
     refusal as one ConfigError line. Jobs are returned once each (two sets of overrides can make
     one job), in order; `folders`, when given, gets every job's folder, in order (repeats too).
     `writing=False` (a plan) fetches no data (a job that would download its data is not checked
-    for it) and leaves no folder behind."""
+    for it), makes no token cache (`options.data.build`) and leaves no folder behind."""
     out: list[CheckedJob] = []
     seen: set[str] = set()
     checked_data: set[str] = set()
@@ -103,9 +103,9 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
         if repr(typed.data) not in checked_data and (writing or not getattr(typed.data, "download", False)):
             from lrtransfer.options.data import ensure_files
 
-            ensure_files(typed.data)
+            ensure_files(typed.data, writing=writing)
             checked_data.add(repr(typed.data))
-        _check_memory(typed, tasks)
+        _check_memory(typed, tasks, writing)
     if any(j.typed.engine.device.startswith("cuda") for j in out):
         from lrtransfer.training.build import select_device
 
@@ -126,7 +126,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool,
     return todo, sum(j.complete for j in jobs), list(dict.fromkeys(j.folder.parent for j in jobs))
 
 
-def _check_memory(typed, tasks: dict) -> None:
+def _check_memory(typed, tasks: dict, writing: bool = True) -> None:
     """Refuse a job whose single run cannot fit in memory (see `memory.check_fits`), or whose
     optimizer refuses its model (`build.check`), before any trains."""
     import torch
@@ -140,7 +140,7 @@ def _check_memory(typed, tasks: dict) -> None:
     where = f"width={typed.width} depth={typed.depth} train.batch_size={typed.train.batch_size}"
     try:
         if key not in tasks:
-            tasks[key] = build.task(typed, torch.device("cpu"), dtype)
+            tasks[key] = build.task(typed, torch.device("cpu"), dtype, writing=writing)
         built = build.job(typed, device, data=tasks[key])
         check_fits(built, where)
     except (OverflowError, MemoryError, RuntimeError, TypeError, ValueError) as e:

@@ -21,6 +21,7 @@ import torch
 from lrtransfer import options
 from lrtransfer.config import Config, Engine, Train, model_activation
 from lrtransfer.options.data import Task
+from lrtransfer.options.data import build as build_task
 from lrtransfer.errors import UserError
 from lrtransfer.nn import Module
 from lrtransfer.nn import Slot
@@ -89,8 +90,9 @@ def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
     return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), slots)
 
 
-def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
-    return options.module("data", cfg.data.name).build(cfg.data, device, dtype)
+def task(cfg: Config, device: torch.device, dtype: torch.dtype, *, writing: bool = True) -> Task:
+    """The job's task; `writing=False` (a plan): one that writes nothing (`options.data.build`)."""
+    return build_task(cfg.data, device, dtype, writing=writing)
 
 
 @dataclass(frozen=True)
