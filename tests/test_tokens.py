@@ -150,6 +150,20 @@ def test_a_data_file_is_in_a_jobs_identity_by_its_content_not_its_path(nano, tmp
     assert job_id(compose(*base, *tokens(big))) != ref
 
 
+def test_meta_pkl_is_in_a_jobs_identity_only_where_it_is_read(nano, tmp_path):
+    """With data.vocab_size given, meta.pkl is not read: editing or deleting it retrained every job."""
+    folder, _ = nano
+    shutil.copytree(folder, tmp_path / "d")
+    base = ["model=transformer", *SMALL, *tokens(tmp_path / "d")]
+    given, read = job_id(compose(*base, "data.vocab_size=40")), job_id(compose(*base))
+    with open(tmp_path / "d" / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": 40, "stoi": {"a": 0}}, f)
+    assert job_id(compose(*base, "data.vocab_size=40")) == given  # not read: the same job
+    assert job_id(compose(*base)) != read  # read: another
+    (tmp_path / "d" / "meta.pkl").unlink()
+    assert job_id(compose(*base, "data.vocab_size=40")) == given
+
+
 # ---------------------------------------------------------------- bad input
 class RunsCode:
     def __reduce__(self):

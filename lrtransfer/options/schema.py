@@ -101,11 +101,13 @@ def location(default: Any) -> Any:
     return field(default=default, metadata={"location": True})
 
 
-def content(default: Any, with_files: tuple[str, ...] = ()) -> Any:
+def content(default: Any, with_files: tuple[str, ...] = (), read_unless: str = "") -> Any:
     """A path to data whose file or folder is part of a job's identity by what it holds
     (`contents.fingerprint`), not by where it is: moving it keeps finished jobs, changing it
-    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl)."""
-    return field(default=default, metadata={"content": True, "with_files": with_files})
+    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl), part of
+    the identity only where they are read: not while the key `read_unless` (data.vocab_size,
+    which then replaces meta.pkl) is set."""
+    return field(default=default, metadata={"content": True, "with_files": with_files, "read_unless": read_unless})
 
 
 def added(default: Any, *, before: Any = None) -> Any:
