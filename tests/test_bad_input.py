@@ -413,7 +413,21 @@ def user_models(tmp_path):
     return tmp_path / "usernets.py", tmp_path / "broken.py"
 
 
-CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE + NEW_KEYS]
+# What the hostile probe of issue 58 still found
+PROBE_58 = [
+    ("CompleteP on the MLP", ["param=completep", "depth=8"],
+     "param=completep multiplies residual branches by its depth rule, and model=mlp has none (its layers are one chain)"
+     ": a depth study under it would measure the rule without its depth part; models with residual branches: resnet, "
+     "resnet_cnn, transformer, and custom where they are found or named (model.branch_outputs)"),
+    ("depth-muP on the MLP", ["param=mup", "param.depth_exponent=0.5"],
+     "param=mup multiplies residual branches by its depth rule, and model=mlp has none"),
+    ("branch outputs outside the branches", ["model=custom", "model.target={models}:build", "param=completep",
+                                             "model.branch_outputs=*"],
+     "model.branch_outputs=* matches 0, outside the residual branches (in no block of the model); it matched 0, 2, 4: "
+     "match each branch's last Linear only (e.g. '*.c_proj')"),
+]
+
+CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE + NEW_KEYS + PROBE_58]
 
 
 @pytest.fixture(scope="module")
