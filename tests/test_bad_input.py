@@ -421,6 +421,25 @@ PROBE_58 = [
      "resnet_cnn, transformer, and custom where they are found or named (model.branch_outputs)"),
     ("depth-muP on the MLP", ["param=mup", "param.depth_exponent=0.5"],
      "param=mup multiplies residual branches by its depth rule, and model=mlp has none"),
+    ("CompleteP base depth past depth's bound", ["model=resnet", "param=completep", "param.base_depth=1000000"],
+     "param.base_depth=1e+06 is beyond the sane bound of 1,024 layers or blocks (depth's own bound)"),
+    ("muP hidden std of 1e300", ["param=mup", "param.hidden_std=1e300"],
+     "param.hidden_std=1e+300 is beyond the sane bound of 1.0 (the std of a hidden weight's entries at the base width"),
+    ("a boolean key given 2", ["param=mup", "param.eps_by_width=2"], "param.eps_by_width=2 is not a boolean; valid: true, false"),
+    ("a boolean key given yes", ["model.bias=yes"], "model.bias=yes is not a boolean; valid: true, false"),
+    ("a boolean section key given 1", ["engine.progress=1"], "engine.progress=1 is not a boolean; valid: true, false"),
+    ("attention multiplier on a model without attention", ["param=mup", "param.attn_mult=1"],
+     "param.attn_mult=1.0 does nothing here: it acts on attention logits, and model=mlp computes no attention; leave it "
+     "out (models with attention: custom, transformer)"),
+    ("LR x decay past 1 at the grid's top", ["optim.weight_decay=1e10", "optim.decay_scaling=lr"],
+     "optim.weight_decay=1e+10 with optim.decay_scaling=lr takes LR x decay = 2^-6 x 1e+10 = 1.56e+08 of each weight a "
+     "step at the grid's top LR (lr.log2_max=-6): 1 or more wipes out every weight at the first step; give a weight "
+     "decay below 64 (1 / the top LR), or a lower lr.log2_max"),
+    ("LR x decay past 1 in a grid", ["optim.decay_scaling=lr", "grid.optim.weight_decay=[0,1,100]"],
+     "optim.weight_decay=100 with optim.decay_scaling=lr takes LR x decay = 2^-6 x 100 = 1.56 of each weight"),
+    ("a decay of 1 a step", ["optim.weight_decay=1"],
+     "optim.weight_decay=1 with optim.decay_scaling=independent takes 1 of each weight a step: 1 or more wipes out "
+     "every weight at the first step"),
     ("branch outputs outside the branches", ["model=custom", "model.target={models}:build", "param=completep",
                                              "model.branch_outputs=*"],
      "model.branch_outputs=* matches 0, outside the residual branches (in no block of the model); it matched 0, 2, 4: "
@@ -465,6 +484,36 @@ def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, user_model
     assert lines[0].startswith("error: ") and fragment.format(**subs) in lines[0], lines[0]
     assert "Traceback" not in err
     assert {p: p.read_bytes() for p in finished.rglob("record.json")} == before
+
+
+def boolean_keys() -> list[tuple[list[str], str]]:
+    """Every boolean key of every option and section: (the overrides choosing its option, the key)."""
+    from dataclasses import fields
+
+    from lrtransfer import options
+    from lrtransfer.config.validate import SECTIONS
+
+    out = [([f"{g}={name}"], f"{g}.{f.name}") for g in options.GROUPS for name, schema in options.of(g).items()
+           for f in fields(schema) if f.type in (bool, "bool")]
+    return out + [([], f"{section}.{f.name}") for section, schema in SECTIONS.items() for f in fields(schema)
+                  if f.type in (bool, "bool")]
+
+
+@pytest.mark.parametrize("choose, key", boolean_keys(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_every_boolean_key_takes_only_a_boolean(choose, key):
+    """OmegaConf reads 2, 1, 'yes', 'on' as true: `param.eps_by_width=2` trained with the rule on, without a word."""
+    from lrtransfer.config import ConfigError, validate
+    from tests.conftest import compose
+
+    for value in ("2", "yes"):
+        over = [*choose, f"{key}={value}"]
+        with pytest.raises(ConfigError, match=re.escape(f"{key}={value} is not a boolean; valid: true, false")):
+            validate(compose(*over), over)
+    for value in ("false", "true"):  # taken (or refused for another reason: model=cnn on the default vectors)
+        try:
+            validate(compose(*choose, f"{key}={value}"), [*choose, f"{key}={value}"])
+        except ConfigError as e:
+            assert "is not a boolean" not in str(e)
 
 
 def test_an_empty_results_dir_is_one_line(cli, tmp_path, monkeypatch):

@@ -41,8 +41,8 @@ def compose(overrides: list[str], *, default_widths: list[int] | None, min_width
         raise ConfigError(f"{command} needs at least {count}, got {widths}")
     with initialize_config_module("lrtransfer.conf", version_base="1.3"):
         if widths is None:
-            return [validate(hydra_compose("config", overrides=keep))]
-        return [validate(hydra_compose("config", overrides=[*keep, f"width={w}"])) for w in sorted(set(widths))]
+            return [validate(hydra_compose("config", overrides=keep), keep)]
+        return [validate(hydra_compose("config", overrides=[*keep, f"width={w}"]), keep) for w in sorted(set(widths))]
 
 
 def _int_width(text: str) -> int:

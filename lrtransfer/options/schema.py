@@ -139,6 +139,15 @@ def in_unit(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
 
 
+MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (training.memory.check_fits) takes minutes
+
+
+def within(key: str, value: float, bound: float, unit: str) -> None:
+    """A value beyond a sane bound (`1e99` meaning "no limit") is refused, not taken at its word."""
+    if not value <= bound:
+        raise ConfigError(f"{key}={value:g} is beyond the sane bound of {bound:,} {unit}")
+
+
 def finite_fields(group: str, node: Any) -> None:
     for key, value in vars(node).items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):

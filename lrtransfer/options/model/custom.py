@@ -59,6 +59,7 @@ class CustomOptions:
     MIN_DEPTH: ClassVar[int] = 1
     READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE, SIGNAL, TOKENS)  # the module's own business
     MODULE_TREE: ClassVar[bool] = False  # atoms only: no compound rules (param=modular needs them)
+    ATTENTION: ClassVar[bool] = True  # may compute attention: whether a rule reached it, `inspect` notes
 
     name: str = "custom"
     target: str = ""  # path/to/file.py:NAME or package.module:NAME
