@@ -730,6 +730,22 @@ def test_a_copied_study_folder_is_read_once(cli, two_widths, tmp_path):
     assert code == 0 and "(10 runs," in out
 
 
+@pytest.mark.parametrize("command", ["list", "summary", "plot", "report", "predict"])
+def test_runs_two_jobs_hold_are_one_warning_line_in_every_command(cli, two_widths, tmp_path, command):
+    """`list` and `report` printed it as a raw Python warning (`grouping.py:92: SkippedRecordWarning: ...`
+    and the source line), `summary` and `plot` as the `warning:` line every command now prints."""
+    import json
+
+    path = _copy(two_widths, tmp_path / "r")[0]
+    rec = json.loads(path.read_text())
+    rec["job_id"], rec["config"]["n_seeds"] = "again", 1  # the same runs, in a job of another id
+    (path.parent.parent / "again").mkdir()
+    (path.parent.parent / "again" / "record.json").write_text(json.dumps(rec))
+    code, out, err = cli(command, str(tmp_path / "r"), *(["--width", "64"] if command == "predict" else []))
+    line = f"warning: study s: {len(rec['runs'])} run(s) are held by two jobs (the same seed and LR"
+    assert err.count(line) == 1 and "SkippedRecordWarning" not in err and "grouping.py" not in err, err
+
+
 @pytest.mark.parametrize("command", ["plot", "report"])
 @pytest.mark.parametrize("value", ["0.5", "nan", "inf"])
 def test_a_curves_lr_off_the_grid_is_one_line(cli, finished, tmp_path, command, value):
