@@ -9,6 +9,7 @@ Ctrl-C or SIGTERM with every finished record kept.
 
 from __future__ import annotations
 
+import re
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,14 +190,31 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
                 results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=first_index + i)
             except OSError as e:  # Hydra writing a job's .hydra/ or job.log, on a full disk
                 raise _fault(e, batch) from None
-            except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
+            except Exception as e:  # a worker killed by its launcher after the stop (submitit's controller does)
                 if stop.requested():
                     raise stop.Interrupted(_interrupted_message(report)) from None
+                failed = _worker_write_error(e)
+                if failed is not None:
+                    raise _fault(failed, batch) from None
                 raise
             for job, r in zip(batch, results):
                 report.returns.append(_job_return(job, r))
             if stop.requested() or report.count("interrupted"):
                 raise stop.Interrupted(_interrupted_message(report))
+
+
+def _worker_write_error(e: Exception) -> OSError | None:
+    """What a submitit worker could not write (Hydra's `.hydra/` or job.log on a full disk, under
+    hydra/launcher=processes or slurm), which comes back as submitit's FailedJobError with the
+    worker's traceback as its text: the OSError that traceback ends in, else None. (A failure inside
+    a job never comes back so: `job.run_job` returns it in the job's record.)"""
+    if type(e).__name__ != "FailedJobError":
+        return None
+    found = re.findall(r"^\w*Error: \[Errno (\d+)\] ([^\n]+?)(?:: '([^']*)')?$", str(e), re.M)
+    if not found:
+        return None
+    number, why, path = found[-1]
+    return OSError(int(number), why, path or None)
 
 
 def _fault(e: OSError, jobs: list[PlannedJob], path: Path | None = None) -> Fault:
