@@ -111,9 +111,12 @@ def test_sigint_then_rerun_computes_exactly_the_missing_jobs(tmp_path):
             "engine.progress=false", f"results_dir={tmp_path}", "name=s"]
     proc = subprocess.Popen(lrtransfer_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    while not list((tmp_path / "s").glob("*/record.json")) and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # well into the second job, past a checkpoint
+    def cut() -> bool:  # one job done, another past a checkpoint (a fixed wait missed it on a loaded machine)
+        folders = [p.parent for p in (tmp_path / "s").glob("*/checkpoint.pt")]
+        return bool(list((tmp_path / "s").glob("*/record.json"))) and any(not (f / "record.json").exists() for f in folders)
+
+    while not cut() and time.time() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
