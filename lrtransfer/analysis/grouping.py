@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from lrtransfer.analysis import versions
+import lrtransfer.analysis.versions as versions
 from lrtransfer.analysis.records import (
     HISTORY_COLUMNS,
     INPUTS,

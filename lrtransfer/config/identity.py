@@ -38,9 +38,15 @@ def model_activation(cfg: Config) -> str:
 
 def data_contents(schema: type, node: dict) -> dict[str, str]:
     """Each `content` path field that is set (`schema.content`) -> what its data holds, so that a
-    moved file keeps its jobs and a changed one retrains."""
-    return {f.name: fingerprint(node[f.name], f.metadata["with_files"]) for f in fields(schema)
-            if f.metadata.get("content") and node.get(f.name) is not None}
+    moved file keeps its jobs and a changed one retrains; the files beside it, only where they are
+    read (meta.pkl, not while data.vocab_size is given)."""
+    out = {}
+    for f in fields(schema):
+        if f.metadata.get("content") and node.get(f.name) is not None:
+            unless = f.metadata.get("read_unless")
+            read = not (unless and node.get(unless) is not None)
+            out[f.name] = fingerprint(node[f.name], f.metadata["with_files"] if read else ())
+    return out
 
 
 def inputs(cfg: dict) -> dict[str, str]:

@@ -101,11 +101,13 @@ def location(default: Any) -> Any:
     return field(default=default, metadata={"location": True})
 
 
-def content(default: Any, with_files: tuple[str, ...] = ()) -> Any:
+def content(default: Any, with_files: tuple[str, ...] = (), read_unless: str = "") -> Any:
     """A path to data whose file or folder is part of a job's identity by what it holds
     (`contents.fingerprint`), not by where it is: moving it keeps finished jobs, changing it
-    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl)."""
-    return field(default=default, metadata={"content": True, "with_files": with_files})
+    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl), part of
+    the identity only where they are read: not while the key `read_unless` (data.vocab_size,
+    which then replaces meta.pkl) is set."""
+    return field(default=default, metadata={"content": True, "with_files": with_files, "read_unless": read_unless})
 
 
 def fingerprint(default: Any) -> Any:
@@ -143,6 +145,15 @@ def in_unit(name: str, value: float) -> None:
     """A decay rate (Adam's betas, momentum): in [0, 1); 1 would never forget, above 1 grows without bound."""
     if not 0 <= value < 1:
         raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+
+MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (training.memory.check_fits) takes minutes
+
+
+def within(key: str, value: float, bound: float, unit: str) -> None:
+    """A value beyond a sane bound (`1e99` meaning "no limit") is refused, not taken at its word."""
+    if not value <= bound:
+        raise ConfigError(f"{key}={value:g} is beyond the sane bound of {bound:,} {unit}")
 
 
 def finite_fields(group: str, node: Any) -> None:

@@ -21,7 +21,8 @@ import torch
 from lrtransfer import options
 from lrtransfer.config import Config, Engine, Train, model_activation
 from lrtransfer.options.data import Task
-from lrtransfer.errors import UserError
+from lrtransfer.options.data import build as build_task
+from lrtransfer.errors import ConfigError, UserError
 from lrtransfer.nn import Module
 from lrtransfer.nn import Slot
 from lrtransfer.options.param import Parameterization, parameterization_class
@@ -79,8 +80,19 @@ def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Seque
         own, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
         output_dim=output_dim,
     )
+    if param.scales_depth() and not any(atom.in_branch for atom in net.atoms()):
+        raise ConfigError(f"param={param.name} multiplies residual branches by its depth rule, and model={cfg.model.name} "
+                          f"has none (its layers are one chain): a depth study under it would measure the rule without "
+                          f"its depth part; models with residual branches: {', '.join(with_branches())}, and custom "
+                          "where they are found or named (model.branch_outputs)")
     param.set_multipliers(net)
     return net
+
+
+def with_branches() -> list[str]:
+    """The built-in models with residual branches: those with a residual rule to choose (`model.residual`)."""
+    return [name for name, schema in options.of("model").items()
+            if "residual" in {f.name for f in dataclasses.fields(schema)}]
 
 
 def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
@@ -89,8 +101,9 @@ def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
     return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), slots)
 
 
-def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
-    return options.module("data", cfg.data.name).build(cfg.data, device, dtype)
+def task(cfg: Config, device: torch.device, dtype: torch.dtype, *, writing: bool = True) -> Task:
+    """The job's task; `writing=False` (a plan): one that writes nothing (`options.data.build`)."""
+    return build_task(cfg.data, device, dtype, writing=writing)
 
 
 @dataclass(frozen=True)

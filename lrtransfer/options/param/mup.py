@@ -79,7 +79,7 @@ from torch import Tensor
 
 from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom
 from lrtransfer.options.param.base import Parameterization, tensor_update
-from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive
+from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive, within
 
 
 class TiedInit(str, Enum):
@@ -101,6 +101,8 @@ class MupOptions:
     REVISION: ClassVar[int] = 2
     # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier.
     PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult",)
+    # Keys that act only on attention logits: set on a model without attention, refused (`validate`).
+    ATTENTION_KEYS: ClassVar[tuple[str, ...]] = ("attn_mult",)
 
     name: str = "mup"
     base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
@@ -124,6 +126,8 @@ class MupOptions:
             raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
         if not self.hidden_std >= 0:
             raise ConfigError(f"param.hidden_std must be >= 0 (0: the model's own init), got {self.hidden_std!r}")
+        within("param.hidden_std", self.hidden_std, MAX_HIDDEN_STD, "(the std of a hidden weight's entries at the base "
+               "width: nanoGPT-mup's is 0.02; at 1 a layer already multiplies its input's scale by sqrt(width))")
         if self.attn_mult is not None:
             positive("param.attn_mult", self.attn_mult)
 
@@ -136,6 +140,11 @@ class MupOptions:
 
 
 OPTIONS = MupOptions
+
+# param.hidden_std's bound: entries of std 1 make a hidden layer multiply the scale of its input by
+# sqrt(fan_in) (11x at width 128), an init that explodes with depth; beyond it (1e300 overflows float32 at
+# the first draw) no value is an init anyone means.
+MAX_HIDDEN_STD = 1.0
 
 # Per-tensor LR multiplier as a power of m, per kind of update the optimizer makes, role and tensor.
 # "tensor": a trained tensor outside any layer (model=custom), by mup's count of its
