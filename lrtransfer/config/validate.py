@@ -240,8 +240,16 @@ def validate(cfg: DictConfig | Config) -> Config:
             node.check_with(cfg)
     _check_model_reads_data(cfg)
     _check_inner_grid(cfg)
+    _check_sde_rule(cfg)
     _check_param_has_tree(cfg)
     return cfg
+
+
+def _check_sde_rule(cfg: Config) -> None:
+    """param.sde_rule, its bases, and the betas it makes at this job's batch and steps (`sde.check`)."""
+    from lrtransfer.options.param import sde  # the options' modules (and torch) load with the config's groups
+
+    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=inner_grid(cfg))
 
 
 def _reads(model_schema) -> tuple[str, ...]:

@@ -15,6 +15,13 @@ themselves, with the LR and the decoupled decay (AdamW's form), once per run: on
 pass over memory instead of five. Its numbers are those of the direction path
 exactly when the LR multiplies exactly (a power of two: every integer log2 LR of
 the default grids); otherwise the two round differently, in the last bit.
+
+The kernel takes one beta1, beta2 and epsilon per call. Each tensor has its own (a
+parameterization's multipliers, `Slot.eps_mult`, `beta1_mult`), and each may be one value for
+every run or one per run (`Setting`): `plan` makes the fewest calls that give every tensor of
+every run its own, one call for the tensors that share a setting across all runs, and, for a
+tensor whose setting differs between runs, one call per run on that run's slice (contiguous:
+the run axis is first), grouped by the run's values.
 """
 
 from __future__ import annotations
@@ -43,32 +50,75 @@ class CountsSteps:
         self._step.fill_(self.t)
 
 
+# One of Adam's settings (beta1, beta2, epsilon) of one tensor: a float shared by every run of the
+# ensemble, or a tuple of one float per run.
+Setting = float | tuple[float, ...]
+# One call of the kernel: (beta1, beta2, eps, the tensors it updates, the run whose slices it
+# updates: None for the whole tensors, every run at once)
+Call = tuple[float, float, float, list[int], int | None]
+
+
+def at(setting: Setting, k: int) -> float:
+    """Run k's value of a setting."""
+    return setting[k] if isinstance(setting, tuple) else setting
+
+
+def per_tensor(value: Setting | list[Setting], n: int) -> list[Setting]:
+    """One setting for each of n tensors: a list is each tensor's own; a float (or a tuple of one
+    per run) is every tensor's."""
+    if isinstance(value, list):
+        return value
+    return [float(value) if not isinstance(value, tuple) else value] * n
+
+
+def plan(beta1: Sequence[Setting], beta2: Sequence[Setting], eps: Sequence[Setting], runs: int) -> list[Call]:
+    """The fused kernel's calls that give each tensor i, in each of the ensemble's `runs` runs, its
+    own beta1[i], beta2[i] and eps[i]: one per setting shared by every run, one per run and setting
+    of the tensors whose settings differ between runs."""
+    whole: dict[tuple, list[int]] = {}
+    each: list[int] = []
+    for i, key in enumerate(zip(beta1, beta2, eps)):
+        if any(isinstance(x, tuple) for x in key):
+            each.append(i)
+        else:
+            whole.setdefault(key, []).append(i)
+    calls: list[Call] = [(*key, idx, None) for key, idx in whole.items()]
+    for k in range(runs if each else 0):
+        found: dict[tuple, list[int]] = {}
+        for i in each:
+            found.setdefault((at(beta1[i], k), at(beta2[i], k), at(eps[i], k)), []).append(i)
+        calls += [(*key, idx, k) for key, idx in found.items()]
+    return calls
+
+
 def adam_directions_(
     out: Sequence[Tensor],
     grads: Sequence[Tensor],
     m: Sequence[Tensor],
     v: Sequence[Tensor],
     step: Tensor | int,
-    beta1: float,
-    beta2: float,
-    eps: float | Sequence[float],
+    beta1: Setting | list[Setting],
+    beta2: Setting | list[Setting],
+    eps: Setting | list[Setting],
+    calls: Sequence[Call] | None = None,
 ) -> None:
     """Update Adam's moments m, v with `grads` (in place) and write m_hat/(sqrt(v_hat)+eps) into `out`.
 
     step: the step count, best a 0-dim tensor on the tensors' device, read there by the kernel
     (so a CUDA graph that replays this reads the count of each step, not the one at capture).
 
-    eps: one value, or one per tensor (a parameterization's per-tensor epsilon): the fused
-    kernel takes one, so it runs once per distinct value."""
+    beta1, beta2, eps: one value, or a list of one per tensor, each a float or a tuple of one per
+    run (`Setting`): the
+    fused kernel takes one of each, so it runs once per distinct setting (`plan`). calls: the
+    plan, where the caller made it once (its settings do not change from step to step)."""
     if not isinstance(step, Tensor):
         step = torch.tensor(float(step), device=out[0].device if out else None)
-    eps = [float(eps)] * len(out) if isinstance(eps, (int, float)) else [float(e) for e in eps]
-    groups: dict[float, list[int]] = {}
-    for i, e in enumerate(eps):
-        groups.setdefault(e, []).append(i)
-    for e, idx in groups.items():
-        pick = lambda ts: [ts[i] for i in idx]  # noqa: E731
-        _adam_directions_(pick(out), pick(grads), pick(m), pick(v), step, beta1, beta2, e)
+    if calls is None:
+        n = len(out)
+        calls = plan(per_tensor(beta1, n), per_tensor(beta2, n), per_tensor(eps, n), out[0].shape[0] if n else 0)
+    for b1, b2, e, idx, k in calls:
+        pick = (lambda ts: [ts[i] for i in idx]) if k is None else (lambda ts: [ts[i][k] for i in idx])  # noqa: E731
+        _adam_directions_(pick(out), pick(grads), pick(m), pick(v), step, b1, b2, e)
 
 
 def _adam_directions_(out, grads, m, v, step: Tensor, beta1: float, beta2: float, eps: float) -> None:
