@@ -162,6 +162,13 @@ def test_a_run_under_the_rule_is_the_job_configured_by_hand(over, scaling):
     assert plain[0].final_loss != ruled[1].final_loss  # the rule moved something
 
 
+def test_the_fixed_examples_preset_halves_the_steps_as_the_batch_doubles():
+    for batch, steps in ((16, 1200), (32, 600), (64, 300), (128, 150), (256, 75)):
+        cfg = typed("study=batch_examples", f"train.batch_size={batch}")
+        assert (cfg.name, cfg.train.batch_size, cfg.train.steps) == ("batch_examples", batch, steps)
+    assert semantic(compose("study=batch_examples", "train.batch_size=64"))["train"]["steps"] == 300
+
+
 # (case, sweep arguments, the fragment of the one-line error)
 BAD = [
     ("a rule that is neither a name nor a number", ["param.sde_rule=sqrt"],
