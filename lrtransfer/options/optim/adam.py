@@ -17,7 +17,7 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
-from lrtransfer.options.optim.kernels import CountsSteps, Setting, adam_directions_, adam_update_, at, plan
+from lrtransfer.options.optim.kernels import CountsSteps, Setting, adam_directions_, adam_update_, along, at, plan
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive, scaled_beta
 
 
@@ -70,13 +70,6 @@ def settings(options, slots: Sequence[Slot]) -> tuple[list[Setting], list[Settin
             [each(eps, lambda e, s=s: e * s.eps_mult) for s in slots])
 
 
-def on_runs(setting: Setting, like: Tensor) -> float | Tensor:
-    """A setting as a number, or its runs' values as a (K, 1, ...) tensor against `like` (K, ...)."""
-    if not isinstance(setting, tuple):
-        return setting
-    return run_view(torch.tensor(setting, dtype=like.dtype, device=like.device), like)
-
-
 class Optimizer(CountsSteps):
     def __init__(self, options: AdamOptions, slots: Sequence[Slot]) -> None:
         tensors = [s.tensor for s in slots]
@@ -89,9 +82,9 @@ class Optimizer(CountsSteps):
         # the small ones (`update`); and the large ones' settings, shared by every run or per run
         runs = tensors[0].shape[0] if tensors else 0
         pick = passes.pick
-        self._calls = plan(self.beta1, self.beta2, self.eps, runs)
+        self._calls = plan(self.beta1, self.beta2, self.eps, runs, small=self._split[0])
         self._small = tuple(pick(x, self._split[0]) for x in (self.beta1, self.beta2, self.eps))
-        self._small_calls = plan(*self._small, runs)
+        self._small_calls = plan(*self._small, runs, small=range(len(self._split[0])))
         self._large = list(zip(*(pick(x, self._split[1]) for x in (self.beta1, self.beta2, self.eps))))
         self._large_shared = not any(isinstance(x, tuple) for key in self._large for x in key)
         small = set(self._split[0])
@@ -134,7 +127,7 @@ class Optimizer(CountsSteps):
         g, keep = passes.like(grad, w), run_view(used, w)
         per_run = lambda x: run_view(x.to(w.dtype), w)  # noqa: E731
         count = per_run(steps.clamp(min=1))
-        b1, b2, eps = (on_runs(x[i], w) for x in (self.beta1, self.beta2, self.eps))
+        b1, b2, eps = (along(x[i], w) for x in (self.beta1, self.beta2, self.eps))
         m1 = m.lerp(g, 1 - b1)
         v1 = v.mul(b2)
         v1 = v1.addcmul_(g, g, value=1 - b2) if not isinstance(b2, Tensor) else v1.addcmul_(g * (1 - b2), g)

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import as_matrices, newton_schulz
 from lrtransfer.options.optim.adam import check_adam, settings
+from lrtransfer.options.optim import passes
 from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_, plan
 from lrtransfer.nn import is_hidden_matrix
 from lrtransfer.options.schema import ORTHOGONALIZED, ConfigError, DecayScaling, Grid, added, in_unit, positive
@@ -120,7 +121,8 @@ class Optimizer(CountsSteps):
         self.rest = [i for i in range(len(slots)) if i not in set(self.hidden)]
         # the AdamW part's beta1, beta2 and eps, per tensor (and per run where a grid gives them)
         self.beta1, self.beta2, self.eps = settings(options, [slots[i] for i in self.rest])
-        self._calls = plan(self.beta1, self.beta2, self.eps, slots[0].tensor.shape[0])
+        rest = [slots[i].tensor for i in self.rest]
+        self._calls = plan(self.beta1, self.beta2, self.eps, slots[0].tensor.shape[0], small=passes.split(rest)[0])
         scale = SCALES[options.scale.value]
         self.atoms = [slots[i].atom for i in self.hidden]
         self.scales = [scale(a.fan_in, a.fan_out) for a in self.atoms]
