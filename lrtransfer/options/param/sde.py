@@ -44,6 +44,7 @@ TINY = 1e-12  # a beta the rule leaves at or below this is 0, rounding aside
 class SdeOptions:
     """The rule's keys, a base of every parameterization's options (`param.sde_rule`, ...)."""
 
+    name: str = ""  # each option's own (declared here so that it stays the first key, before the rule's)
     # none | sde | a number e (LR x kappa^e); a string so that a name and a number share one key
     sde_rule: str = added("none")
     # The base point (B0, steps0) the rule is relative to: where the LR, betas, eps and decay were tuned.
