@@ -216,6 +216,9 @@ def test_inspect_json_gives_kappa_and_each_tensors_settings(cli):
     for r in doc["tensors"]:
         assert r["beta1"] == pytest.approx(1 - 0.1 / 4) and r["beta2"] == pytest.approx(1 - 0.001 / 4)
         assert {"lr_mult", "eps_mult", "wd_mult"} <= set(r)
+    code, out, _ = cli("inspect", "optim=muon", "param.sde_rule=sde", "train.steps=150", "--json")
+    betas = {r["name"]: r["beta1"] for r in json.loads(out)["tensors"]}  # Muon's hidden matrix has none
+    assert betas["layers.2.weight"] is None and betas["layers.2.bias"] == pytest.approx(0.8)
     code, text, _ = cli("inspect", "param.sde_rule=sde", "train.steps=1200")
     assert "sde_rule=sde kappa=0.25" in text and "beta1" in text
     code, text, _ = cli("inspect")

@@ -21,7 +21,8 @@ from torch.overrides import TorchFunctionMode
 from lrtransfer.config import Config, semantic
 from lrtransfer.errors import collected
 from lrtransfer.nn import Residual, is_one_dimensional
-from lrtransfer.options.schema import scaled_beta
+from lrtransfer.options.param.base import tensor_update
+from lrtransfer.options.schema import ORTHOGONALIZED, scaled_beta
 
 VECTOR = "vector"  # the role of a bias or a gain: one dimension
 
@@ -55,6 +56,8 @@ def _rows(param, model, optim) -> list[dict]:
     tree = getattr(param, "shares", None) is not None  # the modular norm's masses and sensitivities
     rows = []
     decay_1d, sde_decay = getattr(optim, "decay_1d", True), param.sde.decay(optim.decay_scaling.value)
+    # a tensor Adam updates has betas (not SGD's, nor Muon's orthogonalised matrices)
+    adam = lambda s: hasattr(optim, "beta1") and tensor_update(param.update, s.atom, s.name) != ORTHOGONALIZED  # noqa: E731
     for slot in param.slots(model):
         atom, t = slot.atom, slot.tensor.detach()[0]  # (...): the one run's tensor, in storage shape
         tied = atom.tied is not None and slot.name == "weight"
@@ -70,8 +73,8 @@ def _rows(param, model, optim) -> list[dict]:
             "lr_mult": float(slot.lr_mult),
             "eps_mult": float(slot.eps_mult),
             "wd_mult": float(slot.wd_mult * sde_decay if decay_1d or not is_one_dimensional(slot) else 0.0),
-            "beta1": scaled_beta(optim.beta1, slot.beta1_mult) if hasattr(optim, "beta1") else None,
-            "beta2": scaled_beta(optim.beta2, slot.beta2_mult) if hasattr(optim, "beta2") else None,
+            "beta1": scaled_beta(optim.beta1, slot.beta1_mult) if adam(slot) else None,
+            "beta2": scaled_beta(optim.beta2, slot.beta2_mult) if adam(slot) else None,
             "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,
