@@ -15,7 +15,8 @@
 #   transformer     the built-in transformer on the embedded text under completep (width 64, 2
 #                   blocks, context 32): 100 and 400 steps at batch 16 (sde_transformer_horizon),
 #                   batch 8 and 16 at 100 and at 400 steps (sde_transformer_batch), plain and sde.
-# Then each study's summary.json, and docs/sde-horizon.png, sde-batch_examples.png, sde-transformer-horizon.png.
+# Then each study's summary.json, and docs/sde-horizon.png, sde-batch_examples.png, sde-transformer-horizon.png,
+# sde-transformer-batch.png.
 # Usage: scripts/axes_study.sh [rule] [RESULTS_DIR] [extra overrides...]
 # Re-running resumes: finished jobs are skipped. One torch thread per job.
 set -euo pipefail
@@ -91,5 +92,5 @@ T=(model=transformer data=text param=completep param.base_width=64 param.base_de
 sweep "${T[@]}" train.batch_size=16 train.steps=100,400 name=sde_transformer_horizon
 report sde_transformer_horizon docs/sde-transformer-horizon.png
 sweep "${T[@]}" train.batch_size=8,16 train.steps=100,400 name=sde_transformer_batch
-report sde_transformer_batch
+report sde_transformer_batch docs/sde-transformer-batch.png
 echo "== total: $(( $(date +%s) - start )) s"
