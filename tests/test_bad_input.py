@@ -55,7 +55,7 @@ CATALOGUE = [
      "unknown option 'tensorbord' for tracker (did you mean 'tensorboard'?); valid: mlflow, none, tensorboard, wandb"),
     ("unknown W&B mode", ["tracker=wandb", "tracker.mode=ofline"],
      "tracker.mode: Invalid value 'ofline', expected one of [offline, online]"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, depth, horizon, mnist1d, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, batch_examples, depth, horizon, mnist1d, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
@@ -167,11 +167,13 @@ CATALOGUE = [
     ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
      "model=mlp: its YAML file must start with 'defaults: [/schema/model/mlp@_here_, _self_]'"),
     # a second inner axis beside the LR (grid.<key>=[...])
-    ("grid key that is no key", ["grid.optim.beta=[0.9]"], "unknown key 'grid.optim.beta' in 'grid.optim'; valid: weight_decay"),
-    ("grid key added past the schema", ["+grid.optim.beta1=[0.9]"],
-     "unknown key 'grid.optim.beta1' (did you mean 'grid.optim.weight_decay'?); valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("grid key that is no key", ["grid.optim.beta=[0.9]"],
+     "unknown key 'grid.optim.beta' in 'grid.optim' (did you mean 'beta2'?); valid: beta1, beta2, eps, weight_decay"),
+    ("grid key added past the schema", ["+grid.optim.momentum=[0.9]"],
+     "unknown key 'grid.optim.momentum' (did you mean 'grid.optim.beta2'?); valid: grid.optim.beta1, grid.optim.beta2, "
+     "grid.optim.eps, grid.optim.weight_decay, grid.param.output_mult"),
     ("grid key of another option", ["grid.param.output_mult=[1,2]"],
-     "grid.param.output_mult: param=standard has no such key; keys that may vary per run here: optim.weight_decay"),
+     "grid.param.output_mult: param=standard has no such key; keys that may vary per run here: optim.weight_decay, optim.beta1, optim.beta2, optim.eps"),
     ("grid of a scalar", ["grid.optim.weight_decay=0.1"], "grid.optim.weight_decay: Invalid value assigned: float is not a ListConfig"),
     ("empty grid list", ["grid.optim.weight_decay=[]"], "grid.optim.weight_decay=[] must be a non-empty list of numbers"),
     ("non-finite grid value", ["grid.optim.weight_decay=[0,inf]"], "grid.optim.weight_decay=[0.0, inf]: every value must be finite, got inf"),
@@ -310,7 +312,7 @@ NEW_KEYS = [
      "grid.param.output_mult=[1.0, inf]: every value must be finite, got inf"),
     ("a grid in an adaptive sweep", ["width=16,32", "grid.optim.weight_decay=[0,0.1]", "--until-decided"],
      "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
-    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.beta1, grid.optim.beta2, grid.optim.eps, grid.optim.weight_decay, grid.param.output_mult"),
     ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
 ]
 

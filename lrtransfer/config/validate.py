@@ -238,6 +238,7 @@ def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Co
             node.check_with(cfg)
     _check_model_reads_data(cfg)
     _check_inner_grid(cfg)
+    _check_sde_rule(cfg)
     _check_param_has_tree(cfg)
     _check_attention_keys(cfg)
     _check_decay(cfg)
@@ -301,6 +302,13 @@ def _check_decay(cfg: Config) -> None:
             raise ConfigError(f"optim.weight_decay={wd:g} with optim.decay_scaling=independent takes {wd:g} of each "
                               "weight a step: 1 or more wipes out every weight at the first step; give one below 1 "
                               "(e.g. 0.1), or optim.decay_scaling=lr for torch's LR x weight_decay")
+
+
+def _check_sde_rule(cfg: Config) -> None:
+    """param.sde_rule, its bases, and the betas it makes at this job's batch and steps (`sde.check`)."""
+    from lrtransfer.options.param import sde  # the options' modules (and torch) load with the config's groups
+
+    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=inner_grid(cfg))
 
 
 def _reads(model_schema) -> tuple[str, ...]:

@@ -363,6 +363,10 @@ class Slot:
     lr_mult: float
     eps_mult: float = 1.0  # x the optimizer's epsilon (Adam's), for this tensor
     wd_mult: float = 1.0  # x the weight decay, for this tensor
+    # x 1 - beta1 and x 1 - beta2 (Adam's moments' rates, the inverse of their windows), for this tensor:
+    # the optimizer's betas become this tensor's own (`optim.betas`); 1 keeps them exactly
+    beta1_mult: float = 1.0
+    beta2_mult: float = 1.0
 
 
 def is_hidden_matrix(atom: Atom, name: str) -> bool:

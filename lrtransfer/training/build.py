@@ -22,10 +22,10 @@ from lrtransfer import options
 from lrtransfer.config import Config, Engine, Train, model_activation
 from lrtransfer.options.data import Task
 from lrtransfer.options.data import build as build_task
-from lrtransfer.errors import ConfigError, UserError
+from lrtransfer.errors import ConfigError, UserError, warn
 from lrtransfer.nn import Module
 from lrtransfer.nn import Slot
-from lrtransfer.options.param import Parameterization, parameterization_class
+from lrtransfer.options.param import Parameterization, parameterization_class, sde
 from lrtransfer.options.schema import Activation
 
 # train.dtype -> the dtype of weights, optimizer state and losses
@@ -65,10 +65,16 @@ def per_run(group_options, group: str, values: dict | None):
 
 
 def parameterization(cfg: Config, values: dict | None = None) -> Parameterization:
-    """The parameterization of `cfg.param`, told the width and the optimizer's kind of update."""
+    """The parameterization of `cfg.param`, told the width, the optimizer's kind of update and the
+    job's batch and steps (its SDE rule's kappa, `param.sde_rule`)."""
     update = options.of("optim")[cfg.optim.name].UPDATE
-    return parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update,
-                                                    depth=cfg.depth)
+    param = parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update,
+                                                     depth=cfg.depth, batch_size=cfg.train.batch_size,
+                                                     steps=cfg.train.steps)
+    said = sde.note(param.sde, cfg.optim.name, {k: hasattr(cfg.optim, k) for k in ("beta1", "beta2", "eps")})
+    if said:
+        warn(said)
+    return param
 
 
 def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:

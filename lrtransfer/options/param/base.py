@@ -27,6 +27,7 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix, is_one_dimensional
+from lrtransfer.options.param.sde import Rule
 from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED, ConfigError
 
 
@@ -57,8 +58,12 @@ class Parameterization:
     base_width: int | None = None  # the width its rules are relative to (muP's); None: no base (SP)
     attention_rule = ""  # its attention rule in words, for notes (empty: "param=NAME's attention rule")
 
-    def __init__(self, options, *, width: int, update: str, depth: int | None = None) -> None:
+    def __init__(self, options, *, width: int, update: str, depth: int | None = None,
+                 batch_size: int | None = None, steps: int | None = None) -> None:
         self.options, self.width, self.update, self.depth = options, width, update, depth
+        # param.sde_rule for the job's batch and steps (`sde.py`): its factors on every tensor's LR,
+        # betas, epsilon and decay, on top of this rule's own (all 1 without the rule or at its base)
+        self.sde = Rule.of(options, batch_size, steps)
 
     # ---- hooks the model builder calls
     def residual_scales(self, depth: int) -> tuple[float, float]:
@@ -189,8 +194,11 @@ class Parameterization:
         return None
 
     def slots(self, model: Module) -> list[Slot]:
-        return [Slot(atom, name, t, self.lr_multiplier(atom, name), self.eps_multiplier(atom, name),
-                     self.wd_multiplier(atom, name)) for atom in model.atoms() for name, t in atom.trained()]
+        """Each trained tensor with its multipliers: this rule's, times the SDE rule's (`self.sde`)."""
+        sde = self.sde
+        return [Slot(atom, name, t, self.lr_multiplier(atom, name) * sde.lr, self.eps_multiplier(atom, name) * sde.eps,
+                     self.wd_multiplier(atom, name), beta1_mult=sde.beta, beta2_mult=sde.beta)
+                for atom in model.atoms() for name, t in atom.trained()]
 
     def rates(self, slots: Sequence[Slot], lr: Tensor) -> list[Tensor]:
         """Each slot's (K,) learning rate this step: the runs' lr (schedule applied) x its lr_mult."""
@@ -220,11 +228,17 @@ class Parameterization:
         pass
 
     def decay_mults(self, slots: Sequence[Slot], optim) -> list[float]:
-        """Each slot's factor on the weight decay: its wd_mult, 0 for a bias or norm gain under
-        `decay_1d: false`. (A tensor the forward did not use at a step does not decay that step:
+        """Each slot's factor on the weight decay by this rule: its wd_mult, 0 for a bias or norm gain
+        under `decay_1d: false`. (A tensor the forward did not use at a step does not decay that step:
         `training/skips.py`.)"""
         keep_1d = getattr(optim, "decay_1d", True)
         return [s.wd_mult if keep_1d or not is_one_dimensional(s) else 0.0 for s in slots]
+
+    def decay_factors(self, slots: Sequence[Slot], optim) -> list[float]:
+        """Each slot's factor on the weight decay in the formula of `optim.decay_scaling` (`decays`):
+        this rule's (`decay_mults`) times the SDE rule's, which keeps the per-step decay x kappa."""
+        mults, rule = self.decay_mults(slots, optim), self.sde.decay(optim.decay_scaling.value)
+        return mults if rule == 1.0 else [w * rule for w in mults]
 
     def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
         """Decoupled weight decay of each tensor, (K,) per slot: w <- (1 - decay) * w.
@@ -242,7 +256,7 @@ class Parameterization:
         With `decay_1d: false` biases and norm gains (`is_one_dimensional`) do not decay.
         """
         wd = optim.weight_decay
-        mults = self.decay_mults(slots, optim)
+        mults = self.decay_factors(slots, optim)
         if not isinstance(wd, Tensor):
             if not wd:
                 return None

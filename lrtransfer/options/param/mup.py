@@ -79,6 +79,7 @@ from torch import Tensor
 
 from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom
 from lrtransfer.options.param.base import Parameterization, tensor_update
+from lrtransfer.options.param.sde import SdeOptions
 from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive, within
 
 
@@ -92,7 +93,7 @@ class TiedInit(str, Enum):
 
 
 @dataclass
-class MupOptions:
+class MupOptions(SdeOptions):
     # Bumped when the rules change while the options do not, so that a job's identity
     # (`config.semantic`) changes and records made under the old rules are not reused.
     # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
@@ -167,8 +168,8 @@ class MuP(Parameterization):
     name = "mup"
     attention_rule = "muP's 1/d attention scale"
 
-    def __init__(self, options: MupOptions, *, width: int, update: str, depth: int | None = None) -> None:
-        super().__init__(options, width=width, update=update, depth=depth)
+    def __init__(self, options: MupOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         p = options
         if update not in LR_POWERS:
             raise ConfigError(

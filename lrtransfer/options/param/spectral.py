@@ -48,11 +48,12 @@ from torch import Tensor
 from lrtransfer.nn.linalg import RMS, Spectral, as_matrices, orthogonal
 from lrtransfer.nn import Atom, Module, Slot
 from lrtransfer.options.param.base import Parameterization
+from lrtransfer.options.param.sde import SdeOptions
 from lrtransfer.options.schema import UPDATE_KINDS, Grid, MatrixInit, NormEstimate, positive
 
 
 @dataclass
-class SpectralOptions:
+class SpectralOptions(SdeOptions):
     # log2 of the LR: a spectral norm per unit sqrt(fan_out / fan_in), whatever the optimizer
     LR_GRIDS: ClassVar[dict[str, Grid]] = {kind: Grid(-10, 0) for kind in UPDATE_KINDS}
 
@@ -78,8 +79,8 @@ def spectral_scale(atom: Atom) -> float:
 class SpectralParam(Parameterization):
     name = "spectral"
 
-    def __init__(self, options: SpectralOptions, *, width: int, update: str, depth: int | None = None) -> None:
-        super().__init__(options, width=width, update=update, depth=depth)
+    def __init__(self, options: SpectralOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         self.sigma, self.init_kind = options.sigma, options.init.value
         self.exact = options.norm_estimate.value == "exact"
         self.spectral = Spectral(options.power_iters)
@@ -127,7 +128,8 @@ class SpectralParam(Parameterization):
             if s.name == "weight":
                 m = as_matrices(s.atom, d)  # (K, a, b): the matrix or its transpose
                 state = self._state.setdefault((s.atom, s.name), {})
-                out.append(self.spectral.normalize_(m, lr * spectral_scale(s.atom), state, self.exact).reshape(d.shape))
+                target = lr * s.lr_mult * spectral_scale(s.atom)  # lr_mult: the SDE rule's (1 without it)
+                out.append(self.spectral.normalize_(m, target, state, self.exact).reshape(d.shape))
             else:
-                out.append(RMS().normalize_(d, lr, {}, True))
+                out.append(RMS().normalize_(d, lr * s.lr_mult, {}, True))
         return out

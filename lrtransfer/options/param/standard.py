@@ -7,10 +7,11 @@ Every hook of the base class already states SP; this module gives
 from dataclasses import dataclass
 
 from lrtransfer.options.param.base import Parameterization
+from lrtransfer.options.param.sde import SdeOptions
 
 
 @dataclass
-class StandardOptions:
+class StandardOptions(SdeOptions):
     name: str = "standard"
 
 
