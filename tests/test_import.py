@@ -294,3 +294,17 @@ def test_import_loads_neither_torch_nor_pandas(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs.csv"), str(tmp_path / "r")],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False False False", out
+
+
+def test_a_table_appended_to_a_sweeps_study_keeps_its_depth_an_integer(cli, two_widths, tmp_path):
+    """The imported runs have no depth: beside them the sweep's depth column holds floats, and its
+    groups must still read depth=3, not depth=3.0 (which names a key no config has)."""
+    copy_study(two_widths, tmp_path / "r")
+    write_csv(tmp_path / "a.csv", [r for r in synthetic() if r["seed"] == 0])
+    assert cli("import", str(tmp_path / "a.csv"), "--name", "s", *SHELL, "--results-dir", str(tmp_path / "r"),
+               "--append")[0] == 0
+    found = summary(cli, tmp_path / "r")["groups"]
+    depths = [g["fixed"]["depth"] for g in found if "depth" in g["fixed"]]
+    assert depths and all(type(d) is int for d in depths), found
+    code, out, err = cli("summary", str(tmp_path / "r"))
+    assert code == 0 and f"depth={depths[0]}" in out and f"depth={depths[0]}.0" not in out, out

@@ -186,7 +186,7 @@ def _study_groups(df: pd.DataFrame, all_versions: bool) -> list[Part]:
         # values from the rows themselves: groupby's keys turn integers beside NaN into floats
         fixed_all = sub.iloc[0][keys].to_dict()
         # a key this group's config does not have (another parameterization's) is not shown
-        fixed = {k: plain(fixed_all[k]) for k in shown if k in fixed_all}
+        fixed = {k: whole(k, plain(fixed_all[k])) for k in shown if k in fixed_all}
         if "grid_key" in sub and sub["grid_key"].notna().any():  # a second inner axis: part of its name everywhere
             fixed.pop("grid_key", None)  # said once, as grid=
             fixed["grid"] = sub["grid_key"].dropna().iloc[0]
@@ -194,6 +194,12 @@ def _study_groups(df: pd.DataFrame, all_versions: bool) -> list[Part]:
             fixed[versions.VERSION] = label
         out.append(Part(axis, {k: v for k, v in fixed.items() if v is not None}, sub, old))
     return out
+
+
+def whole(key: str, v):
+    """A width or depth as the integer it is: the column turns into floats where some runs have none
+    (a table's runs imported beside a sweep's, `import --append`), and `depth=3.0` reads as a new key."""
+    return int(v) if key in SCALE_AXES and isinstance(v, float) and v.is_integer() else v
 
 
 def _once_per_run(pieces: list, keys: list[str]) -> list:
