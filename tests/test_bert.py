@@ -114,8 +114,10 @@ def test_a_size_that_is_not_a_context_is_never_advised_as_one(cli, tmp_path):
     (tmp_path / "typed.py").write_text(TYPED)
     over = ["model=custom", f"model.target={tmp_path / 'typed.py'}:Typed", f"model.config={tmp_path / 'typed.py'}:TypedConfig",
             "model.width_key=n_embd", "data=text", "data.seq_len=8", "width=16"]
-    with pytest.raises(IndexError):
-        cli("inspect", *over)
+    code, _, err = cli("inspect", *over)  # its own fault, said in one line with its line of code
+    assert code == 1 and err.strip().splitlines() == [
+        f"error: model.target={tmp_path / 'typed.py'}:Typed fails in its own code at width=16: "
+        "IndexError: index out of range in self (at typed.py:23 in forward)"], err
     _, _, err = cli("inspect", *over, "model.config_kwargs={type_vocab_size: 8}")  # a table long enough: it runs
     assert "context" not in err
 

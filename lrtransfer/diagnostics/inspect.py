@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from torch.overrides import TorchFunctionMode
 
 from lrtransfer.config import Config, semantic
-from lrtransfer.errors import collected
+from lrtransfer.errors import Fault, UserError, collected, one_line
 from lrtransfer.nn import Residual, is_one_dimensional
 from lrtransfer.options.param.base import tensor_update
 from lrtransfer.options.schema import ORTHOGONALIZED, scaled_beta
@@ -85,7 +85,37 @@ def _rows(param, model, optim) -> list[dict]:
 
 
 def inspect(cfg: Config) -> dict:
-    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes)."""
+    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes).
+    A user's model (`model.target`) that fails in its own code is said in one line, where in its
+    code and what, as a sweep says such a job's failure: a traceback through the engine's wrapping
+    hides which line of the model is at fault."""
+    try:
+        return _inspect(cfg)
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        target = getattr(cfg.model, "target", "")
+        if not target:  # a built-in model's failure is lrtransfer's own: its traceback is the report
+            raise
+        at = f"width={cfg.width}" + (f" depth={cfg.depth}" if getattr(cfg.model, "depth_key", None) else "")
+        raise Fault(f"model.target={target} fails in its own code at {at}: "
+                    f"{one_line(e)[:300]}{own_frame(e)}") from e
+
+
+def own_frame(e: BaseException) -> str:
+    """` (at file.py:LINE in NAME)`: the innermost frame of the traceback outside torch and lrtransfer,
+    the user's line that the error came from; empty where there is none."""
+    import os
+    import traceback
+
+    import lrtransfer
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(lrtransfer.__file__))
+    mine = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(skip)]
+    return f" (at {os.path.basename(mine[-1].filename)}:{mine[-1].lineno} in {mine[-1].name})" if mine else ""
+
+
+def _inspect(cfg: Config) -> dict:
     from lrtransfer.training import build
     from lrtransfer.options.data import ensure_files
 
