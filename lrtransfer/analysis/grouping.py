@@ -24,11 +24,12 @@ from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES
 from lrtransfer.config import RUN_SETTINGS
 
 # Columns that never define a group: replicates, the LR grid, how a job ran and where
-# its results also went (RUN_SETTINGS: engine, tracker).
-_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id")
+# its results also went (RUN_SETTINGS: engine, tracker; a command's folder and runs at a time).
+_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id", "trainer.cwd", "trainer.parallel")
 _NOT_GROUPING_PREFIX = ("lr.", "hydra.", *(f"{s}." for s in RUN_SETTINGS))
 # Config values worth naming in a group's `fixed` (besides whatever varies).
-SHOWN = ("study", "model.name", "model.class", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
+SHOWN = ("study", "model.name", "model.class", "trainer.label", "param.name", "optim.name", "data.name", "train.steps",
+         "train.batch_size")
 
 
 def config_columns(df: pd.DataFrame) -> list[str]:

@@ -14,6 +14,7 @@ from lrtransfer import options
 from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
 from lrtransfer.options import GROUPS
 from lrtransfer.options.contents import fingerprint
+from lrtransfer.options.trainer import ENGINE_GROUPS
 
 # Keys of `lr` that decide which jobs an adaptive sweep plans, not what a job trains.
 SWEEP_ONLY_LR_KEYS = ("resolution",)
@@ -43,6 +44,18 @@ def data_contents(schema: type, node: dict) -> dict[str, str]:
             if f.metadata.get("content") and node.get(f.name) is not None}
 
 
+def recorded(cfg: dict) -> dict:
+    """The resolved config as a job's record holds it. trainer=engine (the default) is left out, so
+    an engine job's record and identity read as they did before trainers existed; a trainer that
+    runs the user's own command leaves out the engine's groups (`ENGINE_GROUPS`: model, param, optim,
+    data), which compute nothing there and would name its groups after a model it never trained."""
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, dict):
+        return cfg
+    dropped = ("trainer",) if trainer.get("name") == "engine" else ENGINE_GROUPS
+    return {k: v for k, v in cfg.items() if k not in dropped}
+
+
 def semantic(cfg: DictConfig | dict) -> dict:
     """The part of a resolved config that decides what is computed: a job's identity.
 
@@ -55,10 +68,13 @@ def semantic(cfg: DictConfig | dict) -> dict:
     tracker, study folder or data folder ran it. A data file a schema marks `content` is there by
     what it holds, not by its path (`data_contents`).
     What a choice resolves to is recorded, not the word `auto` (model.activation), and a
-    parameterization's rule REVISION joins its options when non-zero.
+    parameterization's rule REVISION joins its options when non-zero. The config is first as its
+    record holds it (`recorded`), and an option may add what its files hold (its `contents`: the
+    script a command names).
     """
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
+    cfg = recorded(cfg)
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
     if isinstance(out.get("lr"), dict):
         out["lr"] = {k: v for k, v in out["lr"].items() if k not in SWEEP_ONLY_LR_KEYS}
@@ -77,6 +93,8 @@ def semantic(cfg: DictConfig | dict) -> dict:
             hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.metadata["before"]}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
             out[group].update(data_contents(schema, node))
+            if hasattr(schema, "contents"):
+                out[group].update(schema.contents(node))
     model, param = out.get("model"), out.get("param")
     if isinstance(model, dict) and isinstance(param, dict):
         if "activation" in model:
