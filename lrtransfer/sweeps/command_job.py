@@ -1,7 +1,7 @@
 """A job under trainer=command: its runs as processes of the user's command, and what its record says.
 
 Each run (an LR, a seed, a value of `grid.<key>`) has a folder of its own,
-`<job folder>/runs/log2_lr=-8.0,seed=1/` ({run_dir}), holding what the script writes there,
+`<job folder>/runs/log2_lr_-8.0_seed_1/` ({run_dir}), holding what the script writes there,
 its `stdout.log` and `stderr.log`, and, once the run has ended, `result.json`: what the
 record says of it (`curve.run_result`) or why it failed. A run is never run twice: a re-run
 of the job (after a kill -9, a preemption, Ctrl-C) keeps every result it finds and runs
@@ -66,7 +66,9 @@ def runs(typed, folder: Path) -> list[Planned]:
 
 
 def run_name(log2_lr: float, seed: int, grid) -> str:
-    return ",".join([f"log2_lr={round(log2_lr, 10)!r}", f"seed={seed}", *(f"{k}={v!r}" for k, v in grid)])
+    """`log2_lr_-8.0_seed_1`: no '=' or ',' in a path a script may take as `--out_dir={run_dir}` (nanoGPT's
+    configurator splits its arguments at every '=')."""
+    return "_".join([f"log2_lr_{round(log2_lr, 10)!r}", f"seed_{seed}", *(f"{k}_{v!r}" for k, v in grid)])
 
 
 # ---------------------------------------------------------------- results kept

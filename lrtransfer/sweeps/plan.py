@@ -311,8 +311,8 @@ def describe(plan: Plan) -> list[str]:
     if plan.estimate_s is None:
         unpriced = [j.varying for j in todo if j.job_id not in plan.rates]
         said = ", ".join(unpriced[:3]) + (f" and {len(unpriced) - 3} more" if len(unpriced) > 3 else "")
-        return [*lines, total, f"no time estimate: {said} ha{'s' if len(unpriced) == 1 else 've'} no finished run of "
-                "its command to price it from (a command is never run to time it)", *rate_lines(plan), *plan.notes]
+        return [*lines, total, f"no time estimate for {said}: no finished run of the same command and sizes to price "
+                "from (a command is never run just to time it)", *rate_lines(plan), *plan.notes]
     return [*lines, f"{total}; ~{format_duration(plan.estimate_s)} in-process, at each model's own rate:",
             *rate_lines(plan), *plan.notes]
 

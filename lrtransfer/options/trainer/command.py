@@ -3,7 +3,7 @@
 `trainer.command` is a template over the run's values (`template.py`): one run of
 `trainer.command='python train.py --n_embd={width} --learning_rate={lr} --seed={seed}
 --out_dir={run_dir}'` at width 64, LR 2^-8 and seed 1 runs `python train.py --n_embd=64
---learning_rate=0.00390625 --seed=1 --out_dir=<job folder>/runs/log2_lr=-8.0,seed=1`. The
+--learning_rate=0.00390625 --seed=1 --out_dir=<job folder>/runs/log2_lr_-8.0_seed_1`. The
 command line is split like a shell's words (`shlex`) before its placeholders are filled, so a
 value never splits or joins arguments, and it runs without a shell (`bash -c '...'` where
 one is wanted). The losses come from what the script writes (`readers.py`).
