@@ -3,7 +3,11 @@
 # widths 32, 64, 128 at 2 layers, 100 iterations, 11 LRs (2^-13 .. 2^-3), 2 seeds, on the embedded
 # text's characters; then the same study with --until-decided.
 #
-#   scripts/nanogpt_command_study.sh NANOGPT_CHECKOUT [RESULTS_DIR] [fixed|adaptive|both] [EXTRA OVERRIDES...]
+#   scripts/nanogpt_command_study.sh NANOGPT_CHECKOUT [RESULTS_DIR] [fixed|adaptive|both|launchers] [EXTRA OVERRIDES...]
+#
+# `launchers` (after `fixed`) runs the fixed study again through hydra/launcher=processes and, where
+# a SLURM cluster answers `sinfo` (scripts/cluster_check.sh start slurm), hydra/launcher=slurm, and
+# checks that every record's runs equal the in-process study's.
 #
 # It copies train.py, model.py and configurator.py from the checkout into a scratch folder
 # ($NANOGPT_SCRATCH, default /tmp/lrtransfer-nanogpt: nothing of nanoGPT enters this repository),
@@ -18,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-NANOGPT=${1:?usage: $0 NANOGPT_CHECKOUT [RESULTS_DIR] [fixed|adaptive|both] [EXTRA OVERRIDES...]}
+NANOGPT=${1:?usage: $0 NANOGPT_CHECKOUT [RESULTS_DIR] [fixed|adaptive|both|launchers] [EXTRA OVERRIDES...]}
 RESULTS=${2:-results}
 WHICH=${3:-both}
 shift $(( $# < 3 ? $# : 3 ))
@@ -65,9 +69,35 @@ run() {  # NAME ARGS...: sweep, then what every study gets
     "$LRT" report "$RESULTS/$name"
 }
 
+same_records() {  # NAME: its records' runs equal the fixed study's, job by job (the same ids under every launcher)
+    "$PY" - "$RESULTS/nanogpt" "$RESULTS/$1" <<'EOF'
+import json, sys
+from pathlib import Path
+def runs(root):
+    return {p.parent.name: json.loads(p.read_text()).get("runs") for p in Path(root).glob("*/record.json")}
+ref, other = runs(sys.argv[1]), runs(sys.argv[2])
+same = [j for j in ref if other.get(j) == ref[j]]
+print(f"{sys.argv[2]}: {len(other)} records, {len(same)} of the {len(ref)} in-process ones with the same runs, bit for bit")
+sys.exit(0 if other and len(same) == len(ref) == len(other) else 1)
+EOF
+}
+
+launchers() {  # the fixed study again through hydra/launcher=processes, and SLURM where `sinfo` answers
+    run nanogpt_processes "$@" n_seeds=2 hydra/launcher=processes
+    same_records nanogpt_processes
+    if sinfo >/dev/null 2>&1; then
+        run nanogpt_slurm "$@" n_seeds=2 hydra/launcher=slurm hydra.launcher.partition=debug \
+            hydra.launcher.cpus_per_task=1 hydra.launcher.mem_gb=2 hydra.launcher.timeout_min=120
+        same_records nanogpt_slurm
+    else
+        echo "no SLURM cluster answers sinfo here (scripts/cluster_check.sh start slurm starts one): SLURM skipped" >&2
+    fi
+}
+
 case $WHICH in
     fixed) run nanogpt "$@" n_seeds=2 ;;
     adaptive) run nanogpt_adaptive --until-decided "$@" ;;
     both) run nanogpt "$@" n_seeds=2; run nanogpt_adaptive --until-decided "$@" ;;
-    *) echo "error: unknown part '$WHICH'; valid: fixed, adaptive, both" >&2; exit 2 ;;
+    launchers) launchers "$@" ;;
+    *) echo "error: unknown part '$WHICH'; valid: fixed, adaptive, both, launchers" >&2; exit 2 ;;
 esac

@@ -239,6 +239,32 @@ def test_kill_9_mid_study_then_rerun_runs_no_finished_run_twice(tmp_path, traine
         assert rec["runs"] == ref["runs"] and rec["job_id"] == ref["job_id"]
 
 
+def test_a_signal_to_the_sweep_ends_its_runs_and_a_rerun_finishes(tmp_path, trainer):
+    """SIGTERM (as Ctrl-C): the running runs are ended at once (no process of theirs is left), the
+    sweep exits 130 saying the ended runs are kept, and the re-run runs only the others."""
+    log = tmp_path / "calls.log"
+    common = [*sweep_args(tmp_path, trainer, "--sleep=0.2"), "width=32"]
+    env = {**os.environ, "CALLS": str(log)}
+    sweep = subprocess.Popen([*lrtransfer_cmd(), "sweep", *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "r").rglob("result.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the next run has started
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130, err
+    assert "1 running job(s) saved a checkpoint: re-run the same command to resume them" in err
+    running = subprocess.run(["pgrep", "-f", str(trainer)], capture_output=True, text=True).stdout.split()
+    assert not running, running
+    kept = len(list((tmp_path / "r").rglob("result.json")))
+    assert 1 <= kept < 5 and not list((tmp_path / "r").rglob("record.json"))
+    before = len(calls(log))
+    done = subprocess.run([*lrtransfer_cmd(), "sweep", *common], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(calls(log)) - before == 5 - kept
+
+
 def test_an_edit_of_the_script_retrains_and_a_rerun_does_not(cli, tmp_path, trainer):
     log = tmp_path / "calls.log"
     args = [*sweep_args(tmp_path, trainer), "width=32", "lr.log2_max=-7", f"+trainer.env.CALLS={log}"]

@@ -23,6 +23,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,7 +260,7 @@ def outcome(typed, run: Planned, watch: Watch, e: runner.Ended) -> dict:
                                       diverge_factor=t.diverge_factor, marked_diverged=watch.marked)
             return {**doc, "outcome": "diverged" if result["diverged"] else "finished", "error": None, "run": result}
         last = found.points[-1][0]
-        why = f"exit code {e.exit_code} after step {last}" + (f": {watch.stderr}" if watch.stderr else "")
+        why = f"{exit_words(e.exit_code)} after step {last}" + (f": {watch.stderr}" if watch.stderr else "")
     elif why is None:
         source = "trainer.metrics_file" if typed.trainer.metrics_file else "trainer.loss_pattern"
         if e.exit_code == 0:
@@ -267,10 +268,20 @@ def outcome(typed, run: Planned, watch: Watch, e: runner.Ended) -> dict:
             if source == "trainer.metrics_file":
                 why = f"it exited 0 but its metrics file holds no loss ({source}); see its stdout.log"
         else:
-            why = f"exit code {e.exit_code}" + (f": {watch.stderr}" if watch.stderr else " (nothing on its standard error)")
+            why = exit_words(e.exit_code) + (f": {watch.stderr}" if watch.stderr else " (nothing on its standard error)")
     elif e.exit_code:
-        why = f"exit code {e.exit_code}: {watch.stderr or why}"
+        why = f"{exit_words(e.exit_code)}: {watch.stderr or why}"
     return {**doc, "outcome": "failed", "error": why, "run": None}
+
+
+def exit_words(code: int | None) -> str:
+    """`exit code 3`, or `killed by SIGKILL` for a process a signal ended (a negative code)."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def title(typed) -> str:

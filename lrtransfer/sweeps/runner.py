@@ -21,6 +21,7 @@ CUDA_VISIBLE_DEVICES. A single slot leaves the variable as it is: the run has th
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -155,11 +156,13 @@ def _read(r: _Running, fd: int, sel) -> bool:
 
 
 def _lines(r: _Running, log, buffer: bytes, final: bool = False) -> bytes:
-    *complete, rest = buffer.split(b"\n")
+    """Hand the complete lines of `buffer` to the watch; return the rest. A carriage return ends a
+    line too (a progress bar redrawn in place), so a line never grows without end."""
+    *complete, rest = re.split(rb"\r\n|\r|\n", buffer)
     if final and rest:
         complete, rest = [*complete, rest], b""
     for line in complete:
-        r.task.watch.line(line.decode("utf-8", errors="replace").rstrip("\r"), log[0])
+        r.task.watch.line(line.decode("utf-8", errors="replace"), log[0])
     return rest
 
 
