@@ -7,6 +7,7 @@ Their losses are a known function of the LR and width, so what the records must 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import compose, lrtransfer_cmd
+from tests.test_cluster import SLURM, slurm, sweep  # noqa: F401  (slurm: a fixture)
 
 PY = sys.executable
 
@@ -446,3 +448,41 @@ def test_the_default_pattern_reads_the_common_forms():
     points = lines.curve.points
     assert points[:2] == [(0, 4.2), (10, 3.9876)] and points[2][0] == 20 and points[2][1] != points[2][1]  # nan
     assert points[3] == (30, 3.1) and lines.curve.eval_loss == 3.3 and len(points) == 4
+
+
+# ---------------------------------------------------------------- launchers: the same records
+def runs_by_job(root: Path) -> dict:
+    return {p.parent.name: json.loads(p.read_text())["runs"] for p in root.glob("*/record.json")}
+
+
+@pytest.fixture(scope="module")
+def toy_study(tmp_path_factory):
+    """A command study in-process (the reference), and its overrides for other launchers."""
+    from lrtransfer.sweeps.launch import launch
+
+    root = tmp_path_factory.mktemp("toy")
+    script = root / "train.py"
+    script.write_text(TRAINER)
+    overrides = ["trainer=command", command(script, "--drift=0.5"), *LRS, "lr.log2_step=4", "train.steps=20",
+                 "engine.progress=false", "width=32,64", "name=s"]
+    launch([*overrides, f"results_dir={root / 'in'}"])
+    found = runs_by_job(root / "in" / "s")
+    assert len(found) == 2
+    return overrides, found
+
+
+@pytest.mark.skipif(importlib.util.find_spec("submitit") is None, reason="submitit not installed")
+def test_the_processes_launcher_writes_the_same_records(tmp_path, toy_study):
+    overrides, reference = toy_study
+    done = subprocess.run([*lrtransfer_cmd(), "sweep", *overrides, "hydra/launcher=processes", f"results_dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert runs_by_job(tmp_path / "s") == reference
+
+
+@pytest.mark.cluster
+def test_a_slurm_cluster_writes_the_same_records(tmp_path, toy_study, slurm):
+    overrides, reference = toy_study
+    done = sweep(slurm, *overrides, *SLURM, f"results_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    assert runs_by_job(tmp_path / "s") == reference
