@@ -44,7 +44,7 @@ _torch.manual_seed = lambda s: _manual_seed(s + _seed)
 EOF
 
 COMMAND="$PY train.py seeded.py --dataset=lrt_char --device=cpu --compile=False --dtype=float32
- --n_layer=2 --n_head={width//32} --n_embd={width} --block_size=64 --batch_size={train.batch_size}
+ --n_layer={depth} --n_head={width//32} --n_embd={width} --block_size=64 --batch_size={train.batch_size}
  --gradient_accumulation_steps=1 --max_iters={train.steps} --lr_decay_iters={train.steps} --warmup_iters=10
  --learning_rate={lr} --min_lr={lr/10} --eval_interval={train.steps} --eval_iters=10 --log_interval=1
  --dropout=0.0 --out_dir={run_dir} --always_save_checkpoint=False"
@@ -56,7 +56,7 @@ STUDY=(
     # nanoGPT prints `iter N: loss X, time ...` every iteration and `step N: train loss X, val loss Y` at
     # each eval: the loss from the former, the held-out loss from the latter
     "trainer.loss_pattern='iter (?P<step>\\d+): loss (?P<loss>[^,]+),|val loss (?P<eval_loss>\\S+)'"
-    width=32,64,128 train.steps=100 train.batch_size=8 lr.log2_min=-13 lr.log2_max=-3 lr.log2_step=1
+    width=32,64,128 depth=2 train.steps=100 train.batch_size=8 lr.log2_min=-13 lr.log2_max=-3 lr.log2_step=1
 )
 
 run() {  # NAME ARGS...: sweep, then what every study gets

@@ -177,6 +177,19 @@ def test_a_script_that_ignores_its_seed(cli, tmp_path, trainer):
     assert code == 0, err
 
 
+def test_a_value_of_trainer_vars_swept_is_the_scale_axis_and_a_grid_value_reaches_its_run(cli, tmp_path, trainer):
+    args = ["trainer=command", f"trainer.command='{PY} {trainer} --lr={{lr}} --width={{trainer.vars.w * 2}} "
+            "--drift={optim.weight_decay}'", *LRS, "lr.log2_step=4", "engine.progress=false", "+trainer.vars.w=16,32",
+            "grid.optim.weight_decay=[0.0,0.5]", f"results_dir={tmp_path}", "name=s"]
+    code, out, err = cli("sweep", *args)
+    assert code == 0, err
+    argv = sorted(" ".join(json.loads(p.read_text())["argv"][2:]) for p in tmp_path.rglob("result.json"))
+    assert len(argv) == 12 and "--lr=0.001953125 --width=32 --drift=0.5" in argv and "--lr=0.5 --width=64 --drift=0.0" in argv
+    code, out, err = cli("summary", str(tmp_path), "--json")
+    groups = json.loads(out)["groups"]
+    assert code == 0 and {g["axis"] for g in groups} == {"trainer.vars.w"} and groups[0]["scales"] == [16, 32]
+
+
 def test_a_diverged_pattern_marks_a_run_that_stops_itself(cli, tmp_path):
     script = tmp_path / "nan.py"
     script.write_text("import sys\nprint('step 0 loss 2.0')\nprint('step 1 loss 1.9')\n"

@@ -63,7 +63,7 @@ class _Running:
     slot: int
     popen: subprocess.Popen
     started: float
-    logs: dict = field(default_factory=dict)  # fd -> (stream name, log file, partial line)
+    logs: dict = field(default_factory=dict)  # fd -> [stream name, its log file, its partial last line]
     signalled: float | None = None  # when SIGINT was sent
     diverged: bool = False
 
@@ -73,7 +73,7 @@ def run(tasks: list[Task], parallel: int, on_end: Callable[[Ended], None], on_ti
     """Run every task, `parallel` at a time, calling `on_end` as each ends; return whether a stop
     request cut the rest off (the runs it ended, and those never started, get no `on_end`)."""
     pending, running = deque(tasks), {}
-    gpus = visible_gpus() if parallel > 1 else []
+    gpus = visible_gpus(tasks[0].env) if parallel > 1 and tasks else []
     free = list(range(parallel))
     sel = selectors.DefaultSelector()
     stopping = False
@@ -218,10 +218,10 @@ def end_orphan(folder: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use: CUDA_VISIBLE_DEVICES where set (empty or -1: none), else those
-    `nvidia-smi -L` lists; none where there is no nvidia-smi."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+def visible_gpus(environment: dict[str, str]) -> list[str]:
+    """The GPUs the runs may use: their environment's CUDA_VISIBLE_DEVICES where set (empty or -1: none),
+    else those `nvidia-smi -L` lists; none where there is no nvidia-smi."""
+    env = environment.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         ids = [d.strip() for d in env.split(",") if d.strip()]
         return [] if not ids or ids[0].startswith("-") else ids

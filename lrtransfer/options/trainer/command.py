@@ -94,7 +94,9 @@ class CommandOptions:
 
     def check_with(self, cfg) -> None:
         """Every placeholder names a key, the working folder exists and the program is found, before any run."""
-        values = run_values(flat(cfg), log2_lr=cfg.lr.log2_min, seed=cfg.seed, grid={}, run_dir="/run_dir")
+        config = flat(cfg)
+        grid = {k.removeprefix("grid."): v[0] for k, v in config.items() if k.startswith("grid.") and v}  # a first run's
+        values = run_values(config, log2_lr=cfg.lr.log2_min, seed=cfg.seed, grid=grid, run_dir="/run_dir")
         launch = render(self, values)
         if not Path(launch.cwd).is_dir():
             raise ConfigError(f"trainer.cwd={launch.cwd}: no such folder")
@@ -123,13 +125,17 @@ class Launch:
 
 
 def words(command: str) -> list[str]:
+    """The command's words, as a shell splits them, each placeholder whole (`{width * 2}` has spaces)."""
+    pieces = template.parts(command, "trainer.command")
+    masked = "".join(f"\0{i}\0" if held else text.replace("{", "{{").replace("}", "}}")
+                     for i, (held, text) in enumerate(pieces))
     try:
-        out = shlex.split(command)
+        out = shlex.split(masked)
     except ValueError as e:
         raise ConfigError(f"trainer.command={command!r} cannot be split into words ({e})") from None
     if not out:
         raise ConfigError("trainer.command is empty")
-    return out
+    return [re.sub("\0([0-9]+)\0", lambda m: "{" + pieces[int(m.group(1))][1] + "}", w) for w in out]
 
 
 def render(options: CommandOptions, values: dict) -> Launch:
