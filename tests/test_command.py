@@ -499,3 +499,11 @@ def test_a_slurm_cluster_writes_the_same_records(tmp_path, toy_study, slurm):
     done = sweep(slurm, *overrides, *SLURM, f"results_dir={tmp_path}")
     assert done.returncode == 0, done.stderr
     assert runs_by_job(tmp_path / "s") == reference
+
+
+@pytest.mark.slow
+def test_the_bench_runs_and_prints_both_figures():
+    done = subprocess.run([sys.executable, "scripts/bench_command.py", "--runs", "2", "--repeats", "1"], capture_output=True,
+                          text=True, timeout=900, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "the runner adds" in done.stdout and "of overhead a round" in done.stdout
