@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import compose, lrtransfer_cmd
-from tests.test_cluster import SLURM, slurm, sweep  # noqa: F401  (slurm: a fixture)
+from tests.test_cluster import SLURM, ray_head, slurm, sweep  # noqa: F401  (ray_head, slurm: fixtures)
 
 PY = sys.executable
 
@@ -507,3 +507,12 @@ def test_the_bench_runs_and_prints_both_figures():
                           text=True, timeout=900, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     assert "the runner adds" in done.stdout and "of overhead a round" in done.stdout
+
+
+@pytest.mark.cluster
+def test_a_ray_cluster_writes_the_same_records(tmp_path, toy_study, ray_head):
+    overrides, reference = toy_study
+    done = sweep(ray_head, *overrides, "hydra/launcher=ray_cluster",
+                 f"hydra.launcher.ray.init.address={ray_head['LRT_RAY_ADDRESS']}", f"results_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    assert runs_by_job(tmp_path / "s") == reference
