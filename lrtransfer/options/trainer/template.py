@@ -3,7 +3,7 @@
 A placeholder is a small expression between braces over the run's values: names
 (`width`, `lr`, `log2_lr`, `seed`, `run_dir`) and dotted config keys
 (`train.steps`, `trainer.vars.n_head`), numbers, `+ - * / // % **`, unary minus and
-`int round min max abs`. It is parsed by Python's `ast` and evaluated node by node
+`int float round min max abs`. It is parsed by Python's `ast` and evaluated node by node
 here, never by `eval`: a template can compute a derived value but cannot call anything
 else or reach any object. `{{` and `}}` are literal braces.
 
@@ -78,7 +78,7 @@ def evaluate(expression: str, values: dict, where: str = "trainer.command"):
         tree = ast.parse(expression, mode="eval")
     except SyntaxError:
         raise ConfigError(f"{where}: {{{expression}}} is not a key or an arithmetic expression "
-                          "(keys, numbers, + - * / // % **, int round min max abs)") from None
+                          "(keys, numbers, + - * / // % **, int float round min max abs)") from None
     try:
         return _value(tree.body, values, expression, where)
     except (ZeroDivisionError, OverflowError, TypeError, ValueError) as e:
@@ -90,7 +90,7 @@ def evaluate(expression: str, values: dict, where: str = "trainer.command"):
 def _value(node, values: dict, expression: str, where: str):
     def bad(what: str):
         return ConfigError(f"{where}: {{{expression}}}: {what} is not allowed in a placeholder "
-                           "(keys, numbers, + - * / // % **, int round min max abs)")
+                           "(keys, numbers, + - * / // % **, int float round min max abs)")
 
     if isinstance(node, ast.Constant):
         if isinstance(node.value, (int, float, str)) and not isinstance(node.value, bool):
