@@ -307,6 +307,21 @@ def test_the_job_id_follows_the_command_and_its_values():
     assert len(same) == 1
 
 
+def test_an_engine_job_reads_as_before_trainers_existed():
+    """trainer=engine (the default) is in neither an engine job's record nor its identity (its pinned
+    ids: tests/test_store.py); a command job's record leaves out the engine's groups instead."""
+    from omegaconf import OmegaConf
+
+    from lrtransfer.config import recorded, semantic
+
+    engine = OmegaConf.to_container(compose(), resolve=True)
+    assert "trainer" in engine and "trainer" not in recorded(engine) and "trainer" not in semantic(engine)
+    assert {"model", "param", "optim", "data"} <= set(recorded(engine))
+    command = OmegaConf.to_container(compose("trainer=command", "trainer.command='python -c pass'"), resolve=True)
+    assert not {"model", "param", "optim", "data"} & set(recorded(command))
+    assert semantic(command)["trainer"]["command"] == "python -c pass" and "label" not in semantic(command)["trainer"]
+
+
 def test_plan_lists_the_commands_and_prices_them_from_finished_runs(cli, tmp_path, trainer):
     args = [*sweep_args(tmp_path, trainer), "width=32", "lr.log2_max=-7"]
     code, out, err = cli("sweep", *args, "--plan")
