@@ -96,7 +96,7 @@ def records(root: Path) -> dict:
 
 
 def test_a_study_of_a_script_that_prints_its_loss(cli, tmp_path, trainer):
-    code, out, err = cli("sweep", *sweep_args(tmp_path, trainer, "--drift=0.5"), "width=32,128", "n_seeds=2")
+    code, out, err = cli("sweep", *sweep_args(tmp_path, trainer, "--drift=0.5"), "width=32,128")
     assert code == 0, err
     recs = records(tmp_path / "r" / "s")
     assert set(recs) == {(32, 0), (128, 0)}
@@ -104,7 +104,7 @@ def test_a_study_of_a_script_that_prints_its_loss(cli, tmp_path, trainer):
     assert rec["status"] == "complete" and rec["device"] == "command" and "torch" not in rec["versions"]
     assert set(rec["config"]) >= {"trainer", "train", "width"} and not {"model", "param", "optim", "data"} & set(rec["config"])
     runs = {(r["log2_lr"], r["seed"]): r for r in rec["runs"]}
-    assert len(runs) == 10
+    assert len(runs) == 5
     # the mean of the last 10% of 20 logged steps, as the engine's final window: steps 18 and 19
     best = runs[(-5.0, 0)]
     assert best["history_step"] == list(range(20)) and not best["diverged"]
@@ -118,10 +118,7 @@ def test_a_study_of_a_script_that_prints_its_loss(cli, tmp_path, trainer):
     assert code == 0, err
     (group,) = json.loads(out)["groups"]
     assert group["axis"] == "width" and group["scales"] == [32, 128]
-    assert group["drift"] == pytest.approx(0.5, abs=0.35)
-    for command_ in ("plot", "report"):
-        code, _, err = cli(command_, str(tmp_path / "r"))
-        assert code == 0, err
+    assert group["drift"] == pytest.approx(0.5, abs=0.35)  # plot, report and the rest: the test of reading commands below
 
 
 def test_a_script_that_writes_a_csv_is_read_from_its_run_folder(cli, tmp_path, trainer):
@@ -223,45 +220,46 @@ def calls(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_kill_9_mid_study_then_rerun_runs_no_finished_run_twice(tmp_path, trainer):
+def test_kill_9_mid_study_then_rerun_runs_no_finished_run_twice(cli, tmp_path, trainer, monkeypatch):
     """The sweep killed with SIGKILL while runs are going; the re-run keeps every run that ended,
     runs the others whole, and its records equal a study run in one go."""
     log = tmp_path / "calls.log"
-    common = [*sweep_args(tmp_path, trainer, "--sleep=0.05"), "width=32,64"]
-    env = {**os.environ, "CALLS": str(log)}  # inherited by the runs, and no part of the jobs' identity
+    common = [*sweep_args(tmp_path, trainer, "--sleep=0.02"), "width=32"]  # 5 runs of 0.4 s, one after another
+    monkeypatch.setenv("CALLS", str(log))  # inherited by the runs, and no part of the jobs' identity
     sweep = subprocess.Popen([*lrtransfer_cmd(), "sweep", *common], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=env, start_new_session=True)
+                             start_new_session=True)
     deadline = time.monotonic() + 120
-    while len(list((tmp_path / "r").rglob("result.json"))) < 3 and time.monotonic() < deadline:
+    while len(list((tmp_path / "r").rglob("result.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(sweep.pid, signal.SIGKILL)
     sweep.wait()
     finished = [tuple(json.loads(p.read_text())["argv"][2:5]) for p in (tmp_path / "r").rglob("result.json")]
-    assert 3 <= len(finished) < 10 and not list((tmp_path / "r").rglob("record.json"))
+    assert 2 <= len(finished) < 5 and not list((tmp_path / "r").rglob("record.json"))
 
-    done = subprocess.run([*lrtransfer_cmd(), "sweep", *common], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
+    code, _, err = cli("sweep", *common)  # the re-run, in this process
+    assert code == 0, err
     started = Counter(calls(log))
-    assert len(started) == 10  # every run of the study
+    assert len(started) == 5  # every run of the study
     for lr, width, seed in finished:  # a run that ended before the kill never ran again
         assert started[f"{width.split('=')[1]} {float(lr.split('=')[1])!r} {seed.split('=')[1]}"] == 1
     assert sum(n - 1 for n in started.values()) <= 1  # the one the kill cut off, if one was, ran again whole
 
-    clean = subprocess.run([*lrtransfer_cmd(), "sweep", *common, f"results_dir={tmp_path / 'clean'}"],
-                           capture_output=True, text=True, env={**env, "CALLS": str(tmp_path / "clean.log")})
-    assert clean.returncode == 0, clean.stderr
-    for (_, rec), (_, ref) in zip(sorted(records(tmp_path / "r").items()), sorted(records(tmp_path / "clean").items())):
-        assert rec["runs"] == ref["runs"] and rec["job_id"] == ref["job_id"]
+    # the same study in one go (its runs all at once: trainer.parallel is no part of a job, nor of its record's runs)
+    monkeypatch.setenv("CALLS", str(tmp_path / "clean.log"))
+    code, _, err = cli("sweep", *common, "trainer.parallel=5", f"results_dir={tmp_path / 'clean'}")
+    assert code == 0, err
+    (rec,), (ref,) = records(tmp_path / "r").values(), records(tmp_path / "clean").values()
+    assert rec["runs"] == ref["runs"] and rec["job_id"] == ref["job_id"] and len(rec["runs"]) == 5
 
 
-def test_a_signal_to_the_sweep_ends_its_runs_and_a_rerun_finishes(tmp_path, trainer):
+def test_a_signal_to_the_sweep_ends_its_runs_and_a_rerun_finishes(cli, tmp_path, trainer, monkeypatch):
     """SIGTERM (as Ctrl-C): the running runs are ended at once (no process of theirs is left), the
     sweep exits 130 saying the ended runs are kept, and the re-run runs only the others."""
     log = tmp_path / "calls.log"
-    common = [*sweep_args(tmp_path, trainer, "--sleep=0.2"), "width=32"]
-    env = {**os.environ, "CALLS": str(log)}
+    common = [*sweep_args(tmp_path, trainer, "--sleep=0.1 --steps=10"), "width=32", "lr.log2_step=4"]  # 3 runs
+    monkeypatch.setenv("CALLS", str(log))
     sweep = subprocess.Popen([*lrtransfer_cmd(), "sweep", *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
+                             text=True)
     deadline = time.monotonic() + 120
     while not list((tmp_path / "r").rglob("result.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -273,11 +271,11 @@ def test_a_signal_to_the_sweep_ends_its_runs_and_a_rerun_finishes(tmp_path, trai
     running = subprocess.run(["pgrep", "-f", str(trainer)], capture_output=True, text=True).stdout.split()
     assert not running, running
     kept = len(list((tmp_path / "r").rglob("result.json")))
-    assert 1 <= kept < 5 and not list((tmp_path / "r").rglob("record.json"))
+    assert 1 <= kept < 3 and not list((tmp_path / "r").rglob("record.json"))
     before = len(calls(log))
-    done = subprocess.run([*lrtransfer_cmd(), "sweep", *common], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    assert len(calls(log)) - before == 5 - kept
+    code, _, err = cli("sweep", *common)  # the re-run, in this process
+    assert code == 0, err
+    assert len(calls(log)) - before == 3 - kept
 
 
 def test_an_edit_of_the_script_retrains_and_a_rerun_does_not(cli, tmp_path, trainer):
@@ -499,6 +497,7 @@ def toy_study(tmp_path_factory):
     return overrides, found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("submitit") is None, reason="submitit not installed")
 def test_the_processes_launcher_writes_the_same_records(tmp_path, toy_study):
     overrides, reference = toy_study
