@@ -336,13 +336,13 @@ def test_an_adaptive_sweep_launches_only_the_lrs_and_seeds_it_chooses(cli, tmp_p
     log = tmp_path / "calls.log"
     args = [*sweep_args(tmp_path, trainer, "--drift=0"), "width=32,64,128", "lr.log2_min=-10", "lr.log2_max=-2",
             "lr.log2_step=1", "adaptive.max_seeds=2", f"+trainer.env.CALLS={log}"]
-    code, out, err = cli("sweep", *args, "--until-decided")
+    code, out, err = cli("sweep", *args, "--until-decided", "--budget", "500")
     assert code == 0, err
     started = calls(log)
     trained = sum(len(r["runs"]) + len(r.get("failed_runs", [])) for r in
                   (json.loads(p.read_text()) for p in (tmp_path / "r").rglob("record.json")))
     assert len(started) == len(set(started)) == trained < 3 * 9 * 2
-    assert "adaptive sweep:" in out
+    assert "adaptive sweep:" in out and "of a budget of 500" in out and trained * 20 <= 500  # run-steps: 20 a run
 
 
 # ---------------------------------------------------------------- nothing read from a results folder runs
