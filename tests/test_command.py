@@ -215,6 +215,24 @@ def test_runs_share_the_gpus_n_at_a_time(cli, tmp_path, monkeypatch):
     assert len(seen) == 4 and set(seen) == {"0,1", "2,3"}
 
 
+def test_progress_advances_as_a_runs_losses_arrive(tmp_path, trainer):
+    """A job's progress (its bar, its `.progress` file) moves with each loss a run prints, not
+    only as runs end: the bar of an hour-long run moves within it."""
+    from lrtransfer.sweeps import command_job
+    from tests.conftest import typed
+
+    cfg = typed("trainer=command", command(trainer, "--sleep=0.02"), "lr.log2_min=-9", "lr.log2_max=-7", "lr.log2_step=2",
+                "train.steps=20", "width=32")
+    folder, seen = tmp_path / "job", []  # (steps so far, runs ended then)
+
+    def advance(n: int) -> None:
+        seen.append((n + (seen[-1][0] if seen else 0), len(list(folder.rglob("result.json")))))
+
+    command_job.train(cfg, folder, rerun=False, progress=advance)
+    assert seen[-1] == (40, 2)  # 2 runs of 20 steps
+    assert any(0 < steps < 20 and ended == 0 for steps, ended in seen), seen  # within the first run
+
+
 # ---------------------------------------------------------------- resuming, identity, plan
 def calls(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
