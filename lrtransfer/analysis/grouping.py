@@ -37,12 +37,14 @@ from lrtransfer.analysis.versions import Superseded
 from lrtransfer.config import RUN_SETTINGS
 
 # Columns that never define a group: replicates, the LR grid, how a job ran and where
-# its results also went (RUN_SETTINGS: engine, tracker), the table imported runs came from.
-_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "source", *JOB_COLUMNS)
+# its results also went (RUN_SETTINGS: engine, tracker; a command's folder and runs at a time), the
+# table imported runs came from.
+_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "source", "trainer.cwd", "trainer.parallel", *JOB_COLUMNS)
 # ... nor what a job was built from (`inputs.`): two versions of a group's files are one group's (`versions`)
 _NOT_GROUPING_PREFIX = ("lr.", "hydra.", INPUTS, *(f"{s}." for s in RUN_SETTINGS))
 # Config values worth naming in a group's `fixed` (besides whatever varies).
-SHOWN = ("study", "model.name", "model.class", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
+SHOWN = ("study", "model.name", "model.class", "trainer.label", "param.name", "optim.name", "data.name", "train.steps",
+         "train.batch_size")
 
 
 def config_columns(df: pd.DataFrame) -> list[str]:

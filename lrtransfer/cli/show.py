@@ -209,6 +209,13 @@ def sweep_report(report) -> None:
     for f in report.failed:
         which = " ".join(o for o in f["overrides"] if o not in common) or f["job_id"]
         console.print(f"  [red]failed[/] {which}: {f.get('error')}")
+    for f in report.returns:  # trainer=command: runs of a finished job that failed (the job went on)
+        for run in f.get("failed_runs") or []:
+            which = " ".join(o for o in f["overrides"] if o not in common) or f["job_id"]
+            from rich.markup import escape
+
+            console.print(f"  [red]run failed[/] {escape(which)} log2_lr={run['log2_lr']:g} seed={run['seed']}: "
+                          f"{escape(str(run['error']))}", highlight=False)
     for d in report.study_dirs:
         try:
             with warnings_to_stderr():

@@ -14,6 +14,7 @@ from lrtransfer import options
 from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
 from lrtransfer.options import GROUPS
 from lrtransfer.options.contents import fingerprint
+from lrtransfer.options.trainer import ENGINE_GROUPS
 
 # Keys of `lr` that decide which jobs an adaptive sweep plans, not what a job trains.
 SWEEP_ONLY_LR_KEYS = ("resolution",)
@@ -51,9 +52,10 @@ def data_contents(schema: type, node: dict) -> dict[str, str]:
 
 def inputs(cfg: dict) -> dict[str, str]:
     """What a job was built from, by dotted key: each data file a schema marks `content` (what it
-    holds, `data_contents`) and each field a schema marks `fingerprint` (model.source: its model's
-    local source files). A record keeps them (`inputs`), so that readers, which never read the
-    data, tell apart two versions of the same files in one study folder."""
+    holds, `data_contents`), each field a schema marks `fingerprint` (model.source: its model's
+    local source files) and the files an option names itself (its `contents`: a command's script).
+    A record keeps them (`inputs`), so that readers, which never read the data, tell apart two
+    versions of the same files in one study folder."""
     out: dict[str, str] = {}
     for group in GROUPS:
         node = cfg.get(group)
@@ -67,7 +69,23 @@ def inputs(cfg: dict) -> dict[str, str]:
                 out[f"{group}.{f.name}"] = node[f.name]
             elif f.name in held:
                 out[f"{group}.{f.name}"] = held[f.name]
+        if hasattr(schema, "contents"):  # the files an option names itself (trainer=command's script)
+            for key, files in schema.contents(node).items():
+                for name, held_by in files.items():
+                    out[f"{group}.{key}.{name}"] = held_by
     return out
+
+
+def recorded(cfg: dict) -> dict:
+    """The resolved config as a job's record holds it. trainer=engine (the default) is left out, so
+    an engine job's record and identity read as they did before trainers existed; a trainer that
+    runs the user's own command leaves out the engine's groups (`ENGINE_GROUPS`: model, param, optim,
+    data), which compute nothing there and would name its groups after a model it never trained."""
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, dict):
+        return cfg
+    dropped = ("trainer",) if trainer.get("name") == "engine" else ENGINE_GROUPS
+    return {k: v for k, v in cfg.items() if k not in dropped}
 
 
 def semantic(cfg: DictConfig | dict) -> dict:
@@ -83,10 +101,13 @@ def semantic(cfg: DictConfig | dict) -> dict:
     tracker, study folder or data folder ran it. A data file a schema marks `content` is there by
     what it holds, not by its path (`data_contents`).
     What a choice resolves to is recorded, not the word `auto` (model.activation), and a
-    parameterization's rule REVISION joins its options when non-zero.
+    parameterization's rule REVISION joins its options when non-zero. The config is first as its
+    record holds it (`recorded`), and an option may add what its files hold (its `contents`: the
+    script a command names).
     """
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[assignment]
+    cfg = recorded(cfg)
     out = {k: v for k, v in cfg.items() if k not in ("hydra", "results_dir", "name", *RUN_SETTINGS)}
     if isinstance(out.get("lr"), dict):
         out["lr"] = {k: v for k, v in out["lr"].items() if k not in SWEEP_ONLY_LR_KEYS}
@@ -108,6 +129,8 @@ def semantic(cfg: DictConfig | dict) -> dict:
                        and node.get(f.metadata["idle_while"][0]) == f.metadata["idle_while"][1]}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
             out[group].update(data_contents(schema, node))
+            if hasattr(schema, "contents"):
+                out[group].update(schema.contents(node))
     model, param = out.get("model"), out.get("param")
     if isinstance(model, dict) and isinstance(param, dict):
         if "activation" in model:

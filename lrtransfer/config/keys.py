@@ -1,6 +1,6 @@
 """The root config behind `conf/config.yaml`: its typed keys, the LR grid's precedence, Hydra's registration.
 
-The options of each group (model, param, optim, data, tracker) are typed by dataclasses in
+The options of each group (model, param, optim, data, tracker, trainer) are typed by dataclasses in
 their own modules (see `lrtransfer/options/`); this module types the rest (sizes, seeds, the
 LR grid, training, the engine) and registers both in Hydra's ConfigStore, so Hydra
 rejects an unknown key or a value of the wrong type while composing, before any job
@@ -181,6 +181,7 @@ class Config:
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
     tracker: Any = MISSING  # where results also go (lrtransfer/options/tracker/): no part of a job's identity
+    trainer: Any = MISSING  # what trains the runs (lrtransfer/options/trainer/): the engine, or the user's command
     adaptive: Adaptive = field(default_factory=Adaptive)  # sweep in rounds until decided: no part of a job's identity
 
 

@@ -19,6 +19,7 @@ from lrtransfer.errors import choices
 from lrtransfer.options import GROUPS
 from lrtransfer.options.schema import (INPUT_KINDS, MAX_DEPTH, VECTOR, ConfigError, finite_fields, non_negative, positive,
                                       within)
+from lrtransfer.options.trainer import ENGINE_GROUPS
 
 # Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
 MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
@@ -193,7 +194,8 @@ def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Co
         positive(key, getattr(cfg, key))
     if cfg.depth > MAX_DEPTH:
         raise ConfigError(f"depth={cfg.depth} is beyond the sane bound of {MAX_DEPTH} layers or blocks")
-    min_depth = getattr(cfg.model, "MIN_DEPTH", 1)
+    engine = cfg.trainer.name == "engine"  # else the user's command: the engine's groups compute nothing
+    min_depth = getattr(cfg.model, "MIN_DEPTH", 1) if engine else 1
     if cfg.depth < min_depth:
         raise ConfigError(f"depth={cfg.depth}: model={cfg.model.name} needs depth >= {min_depth}")
     positive("train.steps", cfg.train.steps)
@@ -229,19 +231,21 @@ def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Co
         raise ConfigError(f"name={cfg.name!r} must be a non-empty folder name without '/'")
     if not str(cfg.results_dir).strip():
         raise ConfigError("results_dir is empty: set results_dir=PATH (the default: results)")
-    for group in GROUPS:
+    for group in (g for g in GROUPS if engine or g not in ENGINE_GROUPS):
         node = getattr(cfg, group)
         finite_fields(group, node)
         if hasattr(node, "check"):
             node.check()
         if hasattr(node, "check_with"):  # checks that need the rest of the config (model.heads vs width)
             node.check_with(cfg)
-    _check_model_reads_data(cfg)
+    if engine:
+        _check_model_reads_data(cfg)
     _check_inner_grid(cfg)
-    _check_sde_rule(cfg)
-    _check_param_has_tree(cfg)
-    _check_attention_keys(cfg)
-    _check_decay(cfg)
+    if engine:
+        _check_sde_rule(cfg)
+        _check_param_has_tree(cfg)
+        _check_attention_keys(cfg)
+        _check_decay(cfg)
     return cfg
 
 

@@ -1,4 +1,4 @@
-"""The options: every model, parameterization, optimizer, dataset and tracker, and the finder.
+"""The options: every model, parameterization, optimizer, dataset, tracker and trainer, and the finder.
 
 An option is one module here and one YAML file of the same name:
 `conf/<group>/<name>.yaml` is implemented by `lrtransfer/options/<group>/<name>.py`, which
@@ -25,7 +25,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-GROUPS = ("model", "param", "optim", "data", "tracker")
+GROUPS = ("model", "param", "optim", "data", "tracker", "trainer")
 
 
 @cache

@@ -12,8 +12,9 @@ from lrtransfer.analysis import Group, telling_keys, verdict_text
 from lrtransfer.analysis.summary import incomplete_words
 from lrtransfer.reporting.style import signed
 
-FAMILY_KEYS = ("study", "model.name", "model.class", "data.name")
-_DESCRIBED = ("study", "model.name", "model.class", "data.name", "optim.name", "param.name", "train.steps", "train.batch_size")
+FAMILY_KEYS = ("study", "model.name", "model.class", "trainer.label", "data.name")
+_DESCRIBED = ("study", "model.name", "model.class", "trainer.label", "data.name", "optim.name", "param.name", "train.steps",
+              "train.batch_size")
 
 
 def families(groups: list[Group]) -> list[list[Group]]:
@@ -52,7 +53,8 @@ def description(family: list[Group]) -> str:
     """Model, data, optimizer, steps: what all panels share, in words."""
     f = family[0].fixed
     common = {k: v for k, v in f.items() if all(str(g.fixed.get(k)) == str(v) for g in family)}
-    model = str(common.get("model.class") or common.get("model.name", "model"))  # a published model by its class
+    # a published model by its class, the user's own command by its label
+    model = str(common.get("model.class") or common.get("model.name") or common.get("trainer.label") or "model")
     other = [a for a in ("width", "depth") if a != family[0].axis and a in common]
     if other:
         model += " (" + ", ".join(f"{a} {common[a]}" for a in other) + ")"

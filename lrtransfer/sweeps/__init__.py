@@ -5,6 +5,8 @@ ones before any trains, and launches the rest through Hydra's launcher (`launche
 prepares Ray and SLURM); `plan.py` is the same survey without the training
 (`sweep --plan`); `job.py` is what a launcher runs for one job: lock its folder,
 build, train (resuming from `checkpoint.py`), write its record, log it to a tracker;
+under `trainer=command` the job's runs are processes of the user's command instead
+(`command_job.py`, N at a time by `runner.py`);
 `progress.py` shows the work done across processes, `requeue.py` saves before SLURM
 requeues a job, `messages.py` turns Hydra's errors into one line. An adaptive sweep
 (`--until-decided`, `adaptive.py`) runs in rounds, each chosen by `rounds.py` from the

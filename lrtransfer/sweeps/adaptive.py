@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lrtransfer.analysis.verdicts import verdict_text
-from lrtransfer.config import ConfigError, validate
+from lrtransfer.config import ConfigError, recorded, validate
 from lrtransfer.store import RECORD_NAME, job_dir, read_record
 from lrtransfer.sweeps import rounds
 
@@ -204,8 +204,8 @@ def _groups(sweeper, job_overrides):
         cfg = compose(sweeper, overrides)
         typed = validate(cfg)
         _check_base(typed, overrides)
-        resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True,
-                                          enum_to_str=True)
+        resolved = recorded(OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
+                                                   resolve=True, enum_to_str=True))  # grouped as its records will be
         bases.append(Base([o for o in overrides if _key(o) not in SET_HERE], typed, i))
         fake.append({"job_id": str(i), "status": "complete", "config": resolved,
                      "runs": [{"seed": typed.seed, "lr": 1.0, "log2_lr": 0.0, "final_loss": 0.0, "diverged": False}]})

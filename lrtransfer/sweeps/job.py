@@ -32,22 +32,12 @@ from lrtransfer.sweeps import progress, requeue
 from lrtransfer.training import stop
 from lrtransfer.sweeps.checkpoint import NAME as CHECKPOINT
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
-from lrtransfer.config import inner_grid, inputs, validate
+from lrtransfer.config import inputs, recorded, runs_per_job, validate
 from lrtransfer.config import RUN_SETTINGS
 from lrtransfer.store import is_complete, job_dir, job_id, write_record
+from lrtransfer.sweeps.job_runs import runs_of
 
 log = logging.getLogger(__name__)
-
-
-def runs_of(cfg) -> list:
-    """The job's runs: every LR of the grid for each of its seeds, and with a second inner
-    axis (`grid.<key>=[...]`) at each of its values: K = LRs x values x seeds."""
-    from lrtransfer.training.engine import Run
-
-    seeds = range(cfg.seed, cfg.seed + cfg.n_seeds)
-    found = inner_grid(cfg)
-    cells = [()] if found is None else [((found[0], float(v)),) for v in found[1]]
-    return [Run(log2_lr=log2, seed=s, grid=c) for s in seeds for c in cells for log2 in cfg.lr.values()]
 
 
 def run_record(result) -> dict:
@@ -72,13 +62,25 @@ def thread_count(requested: int) -> int:
     return 1
 
 
-def versions() -> dict:
+def versions(torch: bool = True) -> dict:
+    """What computed a record; a job of the user's command (`torch=False`) does not load torch to say so."""
+    if not torch:
+        return {"lrtransfer": __version__, "python": platform.python_version()}
     import torch
 
     return {"lrtransfer": __version__, "torch": torch.__version__, "python": platform.python_version()}
 
 
+def uses_engine(cfg) -> bool:
+    """Whether lrtransfer's engine trains the job (trainer=engine), not the user's command."""
+    return cfg.trainer.name == "engine"
+
+
 def job_title(cfg) -> str:
+    if not uses_engine(cfg):
+        from lrtransfer.sweeps.command_job import title
+
+        return title(cfg)
     return f"{cfg.model.name} {cfg.param.name} {cfg.optim.name} w={cfg.width} d={cfg.depth} s={cfg.seed}"
 
 
@@ -203,13 +205,10 @@ def _close_job_log(folder: Path) -> None:
 
 
 def _run_locked(cfg: DictConfig, folder: Path) -> dict:
-    import torch
-
-    from lrtransfer.training import build, engine
-
     started = time.perf_counter()
     new_scope()  # each warning once a job
-    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    engine = uses_engine(cfg)
+    config = recorded(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     base = {
         "job_id": job_id(cfg),
         "config": config,
@@ -217,33 +216,23 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "sweep_index": _sweep_index(),
         "host": platform.node(),
-        "versions": versions(),
+        "versions": versions() if engine else versions(torch=False),
     }
     try:
         typed = validate(cfg)
-        torch.set_num_threads(thread_count(typed.engine.threads))
-        built = build.job(typed)
-        device = built.device
-        runs = runs_of(typed)
-        log.info("job %s: %d runs on %s", base["job_id"], len(runs), device)
-        rerun = _rerun()
-        checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s, origin(folder, rerun),
-                                    only_own=rerun)
-        steps_file = folder if typed.engine.progress else None  # read by the sweep's display alone
-        with progress.job_steps(job_title(typed), typed.train.steps * len(runs), steps_file) as advance:
-            results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
+        trained = _train_engine(typed, folder, base["job_id"]) if engine else _train_command(typed, folder)
         record = {
             **base,
             "status": "complete",
-            "device": str(device),
-            "threads": torch.get_num_threads(),
+            "device": trained.pop("device"),
+            "threads": trained.pop("threads"),
             "wall_time_s": round(time.perf_counter() - started, 3),
-            "peak_memory_mib": peak_memory_mib(device),
-            "runs": [run_record(r) for r in results],
+            **trained,
         }
     except stop.Interrupted:
         log.info("job %s interrupted", base["job_id"])
-        return _summary(base["job_id"], "interrupted", checkpoint=(folder / CHECKPOINT).exists())
+        kept = (folder / CHECKPOINT).exists() or any((folder / "runs").glob("*/result.json"))  # a command's ended runs
+        return _summary(base["job_id"], "interrupted", checkpoint=kept)
     except Exception as e:  # recorded, reported at the end of the sweep; the sweep goes on
         log.exception("job failed")
         record = {
@@ -264,7 +253,39 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
     if record["status"] == "complete":
         FileCheckpoint(folder / CHECKPOINT, 0).discard()
         track(typed, record, folder)
-    return {k: record.get(k) for k in ("job_id", "status", "error", "wall_time_s")}
+    summary = {k: record.get(k) for k in ("job_id", "status", "error", "wall_time_s")}
+    return {**summary, "failed_runs": record["failed_runs"]} if record.get("failed_runs") else summary
+
+
+def _train_engine(typed, folder: Path, job: str) -> dict:
+    """trainer=engine: the job's runs trained as ensembles by lrtransfer's engine, resumed from its checkpoint."""
+    import torch
+
+    from lrtransfer.training import build, engine
+
+    torch.set_num_threads(thread_count(typed.engine.threads))
+    built = build.job(typed)
+    device = built.device
+    runs = runs_of(typed)
+    log.info("job %s: %d runs on %s", job, len(runs), device)
+    rerun = _rerun()
+    checkpoint = FileCheckpoint(folder / CHECKPOINT, typed.engine.checkpoint_s, origin(folder, rerun), only_own=rerun)
+    steps_file = folder if typed.engine.progress else None  # read by the sweep's display alone
+    with progress.job_steps(job_title(typed), typed.train.steps * len(runs), steps_file) as advance:
+        results = engine.train(built, runs, progress=advance, checkpoint=checkpoint)
+    return {"device": str(device), "threads": torch.get_num_threads(), "peak_memory_mib": peak_memory_mib(device),
+            "runs": [run_record(r) for r in results]}
+
+
+def _train_command(typed, folder: Path) -> dict:
+    """trainer=command: each run a process of the user's command (`command_job`)."""
+    from lrtransfer.sweeps import command_job
+
+    runs = runs_per_job(typed)
+    log.info("job %s: %d runs of %s, %d at a time", folder.name, runs, typed.trainer.command, typed.trainer.parallel)
+    steps_file = folder if typed.engine.progress else None
+    with progress.job_steps(job_title(typed), typed.train.steps * runs, steps_file) as advance:
+        return command_job.train(typed, folder, rerun=_rerun(), progress=advance, should_stop=stop.requested)
 
 
 def track(cfg, record: dict, folder: Path) -> None:

@@ -99,6 +99,11 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
         seen.add(folder.name)
         job = CheckedJob(list(overrides), varying, cfg, typed, folder, not rerun and is_complete(folder))
         out.append(job)
+        if typed.trainer.name != "engine":  # the user's command: no data, memory or device of the engine's
+            from lrtransfer.options.trainer.command import refuse_engine_keys
+
+            refuse_engine_keys(overrides)
+            continue
         if job.complete:  # finished jobs need no data
             continue
         if repr(typed.data) not in checked_data and (writing or not getattr(typed.data, "download", False)):
@@ -107,11 +112,11 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
             ensure_files(typed.data, writing=writing)
             checked_data.add(repr(typed.data))
         _check_memory(typed, tasks, writing)
-    if any(j.typed.engine.device.startswith("cuda") for j in out):
+    if any(j.typed.engine.device.startswith("cuda") for j in out if j.typed.trainer.name == "engine"):
         from lrtransfer.training.build import select_device
 
         for job in out:
-            if not job.complete:
+            if not job.complete and job.typed.trainer.name == "engine":
                 select_device(job.typed.engine.device)
     for d in dict.fromkeys(j.folder.parent for j in out):
         check_writable(d, keep=writing)

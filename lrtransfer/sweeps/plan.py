@@ -40,6 +40,7 @@ class PlanEntry:
     status: str  # done | reruns (done, and --rerun) | running | failed (will be retried) | resumes (from its checkpoint) | missing
     run_steps: int  # K runs x training steps, less those a checkpoint it resumes from has done
     runs: int = 0  # K: LRs x values of `grid.<key>` x seeds, one ensemble
+    commands: list[str] = field(default_factory=list)  # trainer=command: the command line of each run left
 
 
 @dataclass
@@ -94,12 +95,18 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         status, left = status_of(job.folder), run_steps(job.typed)
         if status == "done" and sweeper.rerun:
             status = "reruns"
+        command = job.typed.trainer.name != "engine"
         if status in ("missing", "failed", "reruns"):
-            done = checkpointed_steps(job.folder, job.typed, sweeper.rerun)
+            done = (command_steps if command else checkpointed_steps)(job.folder, job.typed, sweeper.rerun)
             if done is not None:
                 status, left = ("resumes" if status == "missing" else status), left - done
-        plan.jobs.append(PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
-                                   runs_per_job(job.typed)))
+        entry = PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
+                          runs_per_job(job.typed))
+        if command and status in ("missing", "resumes", "failed", "reruns"):
+            from lrtransfer.sweeps.command_job import commands
+
+            entry.commands = commands(job.typed, job.folder, sweeper.rerun)
+        plan.jobs.append(entry)
         plan.configs[job.folder.name] = (job.cfg, job.typed)
     plan.notes = machine_notes([typed for _, typed in plan.configs.values()]) + data_notes(
         [j.typed for j in jobs if j.folder.name in {p.job_id for p in plan.todo}])
@@ -127,13 +134,20 @@ def checkpointed_steps(folder: Path, typed, rerun: bool = False) -> int | None:
     return steps_done(path, runs_of(typed), typed.train.steps, origin(folder, True) if rerun else None)
 
 
+def command_steps(folder: Path, typed, rerun: bool = False) -> int | None:
+    """Run-steps of a trainer=command job's runs that ended, which a re-run keeps; None without any."""
+    from lrtransfer.sweeps.command_job import steps_done
+
+    return steps_done(typed, folder, rerun)
+
+
 def machine_notes(configs) -> list[str]:
     """What this machine makes of the jobs' settings: bf16 without a bf16 matrix unit (once per dtype)."""
     from lrtransfer.training.build import DeviceError, select_device
     from lrtransfer.training.precision import bf16_note
 
     notes = []
-    for kind, device in dict.fromkeys((c.train.dtype.value, c.engine.device) for c in configs):
+    for kind, device in dict.fromkeys((c.train.dtype.value, c.engine.device) for c in configs if c.trainer.name == "engine"):
         try:
             note = bf16_note(kind, select_device(device))
         except DeviceError:
@@ -184,11 +198,22 @@ def estimate(todo: list[PlanEntry], configs: dict) -> dict[str, Rate]:
     rates: dict[tuple, Rate] = {}
     tasks: dict = {}  # each data config's task, built once
     for j in todo:
-        key = keys[j.job_id]
+        key, typed = keys[j.job_id], configs[j.job_id][1]
         if key not in rates:
-            rates[key] = found.get(key) or timed_rate(configs[j.job_id][1], tasks)
+            rate = found.get(key) or (timed_rate(typed, tasks) if typed.trainer.name == "engine" else own_rate(typed, j.folder))
+            if rate is None:  # a command is never run to time it: priced from its finished runs only
+                continue
+            rates[key] = rate
         rates[key].jobs.append(j.varying)
-    return {j.job_id: rates[keys[j.job_id]] for j in todo}
+    return {j.job_id: rates[keys[j.job_id]] for j in todo if keys[j.job_id] in rates}
+
+
+def own_rate(typed, folder: Path) -> Rate | None:
+    """A trainer=command job's rate from its own runs that ended (a job cut off part way), else None."""
+    from lrtransfer.sweeps.command_job import own_rate as seconds
+
+    rate = seconds(typed, folder)
+    return None if rate is None else Rate(rate, "its own finished runs")
 
 
 def model_key(cfg: DictConfig, typed) -> tuple:
@@ -198,6 +223,8 @@ def model_key(cfg: DictConfig, typed) -> tuple:
     from lrtransfer.sweeps.job import thread_count
 
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # Hydra's own keys resolve only in a job
+    if typed.trainer.name != "engine":  # the user's command: as its records say where it ran
+        return _key(semantic(job), "command", typed.trainer.parallel)
     return _key(semantic(job), str(_device(typed.engine.device)), thread_count(typed.engine.threads))
 
 
@@ -287,12 +314,16 @@ def describe(plan: Plan) -> list[str]:
         lines.append(f"{study}/: {len(jobs)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
         for j in jobs:
             lines.append(f"  {j.status:<8} {j.varying:<{width}}  {j.run_steps:>9,} run-steps  {j.job_id}  K={j.runs}")
+            lines += [f"      $ {c}" for c in j.commands]
     todo = plan.todo
     total = f"to run: {len(todo)} job(s), {plan.run_steps_todo:,} run-steps (K runs x steps; K = LRs x seeds, x the values of a grid.<key>)"
     if not todo:
         return [*lines, "nothing to run: every job is done or running", *plan.notes]
     if plan.estimate_s is None:
-        return [*lines, total, *plan.notes]
+        unpriced = [j.varying for j in todo if j.job_id not in plan.rates]
+        said = ", ".join(unpriced[:3]) + (f" and {len(unpriced) - 3} more" if len(unpriced) > 3 else "")
+        return [*lines, total, f"no time estimate for {said}: no finished run of the same command and sizes to price "
+                "from (a command is never run just to time it)", *rate_lines(plan), *plan.notes]
     return [*lines, f"{total}; ~{format_duration(plan.estimate_s)} in-process, at each model's own rate:",
             *rate_lines(plan), *plan.notes]
 
