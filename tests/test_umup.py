@@ -22,7 +22,8 @@ from lrtransfer.diagnostics.inspect import tensors
 from lrtransfer.nn import HIDDEN, OUTPUT, Activation, Embedding, Linear, Residual, Sequential
 from lrtransfer.options.data import Task
 from lrtransfer.options.param import umup
-from lrtransfer.training import build
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
 from tests.conftest import typed
 from tests.test_nanogpt_mup import step_of
 
@@ -331,3 +332,36 @@ def test_activations_keep_their_scale_at_any_width_and_near_one_at_any_depth(mod
         assert seen[64] and seen[1024] == pytest.approx(seen[64], rel=0.3), (model, depth, seen)
         near_one = seen[1024] if model == "transformer" else seen[1024][:1]
         assert all(0.6 < r < 1.6 for r in near_one), (model, depth, [round(r, 2) for r in seen[1024]])
+
+
+# ---------------------------------------------------------------- training: batched, bf16
+SMALL = {"mlp": ["model=mlp", "width=24", "depth=3"], "resnet": ["model=resnet", "width=24", "depth=3"],
+         "transformer": ["model=transformer", "data=text", "data.seq_len=8", "width=24", "depth=2"]}
+TRAIN = ["param=umup", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu", "engine.progress=false"]
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet"])  # the transformer's: tests/test_grid.py, with a value per run
+def test_batched_equals_one_run_at_a_time_in_float64(model):
+    over = [*SMALL[model], *TRAIN, "train.dtype=float64", "train.steps=20", "n_seeds=2"]
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-5, -2)]
+    batched = engine.train(build.job(typed(*over)), runs)
+    alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
+    for a, b in zip(batched, alone, strict=True):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)
+
+
+@pytest.mark.parametrize("model", list(SMALL))
+def test_bf16_stays_within_what_bf16_allows_of_float32(model):
+    """tests/test_precision.py's bound: the first loss within bf16's spacing 2^-8, each final loss within
+    half the gap between two seeds in float32."""
+    runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-5, -2)]
+    over = [*SMALL[model], *TRAIN, "train.steps=40"]
+    f32 = engine.train(build.job(typed(*over)), runs)
+    b16 = engine.train(build.job(typed(*over, "train.dtype=bf16")), runs)
+    assert [a.history_loss for a in b16] != [a.history_loss for a in f32], "bf16 changed nothing"
+    for a, b in zip(f32, b16):
+        assert abs(b.initial_loss - a.initial_loss) <= 2**-8 * a.initial_loss
+    gap = sum(abs(f32[i].final_loss - f32[i + 2].final_loss) for i in (0, 1)) / 2
+    for a, b in zip(f32, b16):
+        assert abs(b.final_loss - a.final_loss) <= gap / 2, (a.lr, a.seed, a.final_loss, b.final_loss, gap)
