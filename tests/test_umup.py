@@ -365,3 +365,57 @@ def test_bf16_stays_within_what_bf16_allows_of_float32(model):
     gap = sum(abs(f32[i].final_loss - f32[i + 2].final_loss) for i in (0, 1)) / 2
     for a, b in zip(f32, b16):
         assert abs(b.final_loss - a.final_loss) <= gap / 2, (a.lr, a.seed, a.final_loss, b.final_loss, gap)
+
+
+# ---------------------------------------------------------------- a published model (model=custom)
+LLAMA = ["model=custom", "model.target=transformers:LlamaForCausalLM", "model.config=transformers:LlamaConfig",
+         "model.width_key={hidden_size: 1, intermediate_size: 4}", "model.depth_key=num_hidden_layers",
+         "model.config_kwargs={num_attention_heads: 4, num_key_value_heads: 4}", "data=text", "data.seq_len=16"]
+
+
+@pytest.mark.parametrize("case", ["w64 d2", "w64 d4"])
+def test_a_published_llama_gets_the_decoders_rules(case):
+    """Llama (transformers, untied, as the package's decoder: RMSNorm, SwiGLU MLP 4x wide) under umup:
+    each weight has the package decoder's forward and LR multipliers for its kind and fan-in, its norm
+    gains u-muP's vector rule, its blocks' tensors the depth rule (their branch outputs found by name)."""
+    pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    ref = REF["decoder"][case]
+    cfg = typed(*LLAMA, "param=umup", f"width={ref['width']}", f"depth={ref['depth']}")
+    rows = tensors(cfg, (16,), 64)
+    theirs = {("embedding" if r["name"].startswith("embedding") else r["mup_type"], r["shape"][-1], r["depth"] is not None): r
+              for r in ref["tensors"]}
+    for r in rows:
+        in_branch = ".layers." in r["name"]
+        if r["role"] == "vector":
+            assert (r["init_std"], r["forward_mult"], r["lr_mult"]) == (0.0, 1.0, ref["depth"] ** -0.5 if in_branch else 1)
+            continue
+        kind = "embedding" if "embed_tokens" in r["name"] else "output" if "readout" in r["role"] else "weight"
+        t = theirs[(kind, r["shape"][-1], in_branch)]  # torch's (out, in) layout: its last dimension is the fan-in
+        assert (r["forward_mult"], r["lr_mult"]) == (t["forward_mult"], t["lr_mult"]), r["name"]
+        assert r["init_std"] == pytest.approx(1.0, rel=0.05), r["name"]
+
+
+def test_inspect_shows_the_unit_scaled_operations(cli):
+    code, out, err = cli("inspect", "model=transformer", "data=text", "data.seq_len=16", "width=64", "depth=2",
+                         "param=umup", "param.act_mult=2", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    taus = [t for layer in REF["decoder"]["w64 d2"]["taus"] for t in layer]
+    assert doc["branch_mult"] == pytest.approx([t / (1 + t**2) ** 0.5 for t in taus], rel=1e-12)
+    assert doc["skip_mult"] == pytest.approx([1 / (1 + t**2) ** 0.5 for t in taus], rel=1e-12)
+    assert (doc["activation_mult"], doc["activation_gain"]) == (2.0, pytest.approx(REF["functions"]["gelu_gain"]["2"]))
+    assert doc["attention_output_mult"] == pytest.approx(umup.attention_gain(16, 16, 1.0), rel=1e-7)  # float32
+    assert doc["attention_scale"] == 1 / 16
+    code, out, err = cli("inspect", "model=transformer", "data=text", "data.seq_len=16", "width=64", "depth=2", "param=umup")
+    assert code == 0, err
+    assert "residual adds (skip, branch): (0.8165, 0.5774), (0.866, 0.5)" in out
+    assert "nonlinearities: gain x f(mult x) / mult, mult 1, gain 1.767" in out and "attention output x " in out
+
+
+def test_inspect_says_what_it_cannot_reach_in_a_published_model(cli):
+    example = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
+    code, out, err = cli("inspect", "model=custom", f"model.target={example}:LayerNormMLP", "param=umup", "--json")
+    assert code == 0, err
+    notes = " ".join(json.loads(out)["notes"])
+    assert "its residual adds, nonlinearities, norms and attention output keep their own scales" in notes
+    assert "no residual branches found: no tensor gets u-muP's depth^-1/2 LR" in notes

@@ -546,8 +546,9 @@ class Custom(Module):
                  [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]
                  if self.sdpa_calls else [])
         if where:
+            has_zero_query = hasattr(param, "zero_query")  # muP's rule (said where it is not applied)
             return out + [f"note: {rule} applied through {' and '.join(where)}"
-                          + ("" if zeroed else "; queries keep their init (muP's zero query is not applied)")]
+                          + ("" if zeroed or not has_zero_query else "; queries keep their init (muP's zero query is not applied)")]
         return out + [f"warning: {listed(self.attention, 3)} computes attention: {rule} cannot be applied "
                       "from outside the module (it keeps its own scale)"]
 

@@ -12,6 +12,7 @@ rules are absolute. Per tensor (fan_in: a Linear's inputs, a conv's c_in k^d):
 | embedding table (num x width)            | N(0, 1) | 1                          | width^-1/2     | `Embedding` ("weight": its fan_in is the width) |
 | bias                                     | 0       | its weight's               | 1              | "bias" |
 | norm gain, norm bias                     | 1, 0    | 1                          | 1              | `LayerNorm(elementwise_affine)`: "norm", "bias" |
+| a vector outside any layer (model=custom) | its own | (its own use)             | 1              | "bias" or "norm": both x 1 |
 | any of these inside a residual branch    |         |                            | x depth^-1/2   | `DepthSequential`: depth = its layers, not branches |
 
 The loss softmax multiplier is the package's `cross_entropy(mult)`: the loss of mult x logits,
@@ -44,7 +45,9 @@ rescaled gradients).
 A published model (model=custom) gets the table's init, forward multipliers and LRs where its roles
 are found, its readout's loss_mult and its attention's logit scale (where the module exposes it);
 its own residual adds, nonlinearities, norms and attention output keep the module's own scales
-(`notes`), so act_mult and the residual multipliers, which could not reach them, are refused there.
+(`notes`), so act_mult and the residual multipliers, which could not reach them, are refused there,
+and so are what the package has no rule for: a table tied to the readout (an embedding's LR or a
+readout's?) and a matrix outside any layer (its multiplier is its layer's, unseen here).
 """
 
 from __future__ import annotations
@@ -203,7 +206,7 @@ class Umup(Parameterization):
 
     # ---- forward
     def multipliers(self, atom: Atom) -> tuple[float | Tensor, float | Tensor]:
-        if atom.kind in ("embedding", "gain"):
+        if atom.kind in ("embedding", "gain", "tensor"):
             return 1.0, 1.0
         if atom.role == OUTPUT:  # the readout (or a tied table's readout use), the loss's multiplier folded in
             m = per_value(lambda mult: (1 / atom.fan_in) * mult, self.loss_mult)
@@ -211,12 +214,17 @@ class Umup(Parameterization):
         return 1 / atom.fan_in**0.5, 1 / atom.fan_in**0.5
 
     def set_multipliers(self, model: Module) -> None:
-        loose = [a for a in model.atoms() if a.kind == "tensor"]
+        loose = [a for a in model.atoms() if a.kind == "tensor" and a.tensor.dim() > 2]  # (K, ...): 2+ dims a run
         if loose:
             names = ", ".join(sorted(a.user_names["tensor"] for a in loose)[:3])
-            raise ConfigError(f"param=umup has no rule for a parameter outside a Linear, conv, embedding or norm "
-                              f"({names}{', ...' if len(loose) > 3 else ''}): u-muP types every parameter by its layer "
-                              "(the package refuses one without a mup_type)")
+            raise ConfigError(f"param=umup has no rule for a matrix outside a Linear, conv or embedding "
+                              f"({names}{', ...' if len(loose) > 3 else ''}): u-muP's multiplier of a weight is set by "
+                              "the layer that multiplies by it, which lrtransfer cannot see here")
+        tied = next((a for a in model.atoms() if a.tied is not None), None)
+        if tied is not None:
+            raise ConfigError(f"param=umup: {tied.user_names['weight']} is tied to the readout {tied.tied.name}, and u-muP "
+                              "has no rule for one tensor that is both a table (Adam LR x width^-1/2) and a readout "
+                              "(LR x 1); untie them (transformers' models: tie_word_embeddings: false)")
         super().set_multipliers(model)
         for m in model.modules():
             if isinstance(m, Activation):
