@@ -172,7 +172,9 @@ CATALOGUE = [
     # a second inner axis beside the LR (grid.<key>=[...])
     ("grid key that is no key", ["grid.optim.beta=[0.9]"], "unknown key 'grid.optim.beta' in 'grid.optim'; valid: weight_decay"),
     ("grid key added past the schema", ["+grid.optim.beta1=[0.9]"],
-     "unknown key 'grid.optim.beta1' (did you mean 'grid.optim.weight_decay'?); valid: grid.optim.weight_decay, grid.param.output_mult"),
+     "unknown key 'grid.optim.beta1' (did you mean 'grid.optim.weight_decay'?); valid: grid.optim.weight_decay, "
+     "grid.param.act_mult, grid.param.attn_mult, grid.param.loss_mult, grid.param.output_mult, grid.param.residual_attn_ratio, "
+     "grid.param.residual_mult"),
     ("grid key of another option", ["grid.param.output_mult=[1,2]"],
      "grid.param.output_mult: param=standard has no such key; keys that may vary per run here: optim.weight_decay"),
     ("grid of a scalar", ["grid.optim.weight_decay=0.1"], "grid.optim.weight_decay: Invalid value assigned: float is not a ListConfig"),
@@ -341,7 +343,8 @@ NEW_KEYS = [
      "grid.param.output_mult=[1.0, inf]: every value must be finite, got inf"),
     ("a grid in an adaptive sweep", ["width=16,32", "grid.optim.weight_decay=[0,0.1]", "--until-decided"],
      "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
-    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.weight_decay, grid.param.act_mult, "
+     "grid.param.attn_mult, grid.param.loss_mult, grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult"),
     ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
 ]
 
