@@ -8,7 +8,8 @@
 Causal multi-head self-attention with `model.heads` heads of d_head = width / heads:
 Q, K, V and the output projection O are Linears (Q tagged "query": muP starts it at
 zero); logits q.k are scaled by `param.attention_scale(d_head)` (SP 1/sqrt(d_head),
-muP and modular 1/d_head). The MLP is Linear(width, mlp_ratio * width), the
+muP and modular 1/d_head, u-muP attn_mult/d_head), and the output by `param.attention_output_mult`
+where a rule has one (u-muP's unit-scaled attention). The MLP is Linear(width, mlp_ratio * width), the
 activation, Linear back. The residual trunk is built by `param.residual_stack` from
 the 2 * depth branches, so `model.residual` (or the parameterization's own rule)
 applies to each, with L = 2 * depth (Modula's GPT: skip 1 - 1/(2L'), branch 1/(2L')
