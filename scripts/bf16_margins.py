@@ -2,7 +2,7 @@
 margins that test bounds, measured, so that docs/performance.md can say how much room is left.
 
 For every model of the test (its configurations, 40 steps, LRs 2^-9 and 2^-6, seeds 0 and 1), and the
-MLP, ResNet-S and transformer under param=umup (tests/test_umup.py's, LRs 2^-5 and 2^-2):
+MLP, ResNet-S and transformer under param=umup (tests/test_umup_models.py's, LRs 2^-5 and 2^-2):
 - rounding: the largest relative difference of the first loss (the bound is 2^-8);
 - training: the largest change of a run's final loss, as a fraction of the gap between two
   seeds at the same LR in float32 (the bound is one half).
@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from lrtransfer.training import build, engine  # noqa: E402
 from lrtransfer.training.engine import Run  # noqa: E402
-from tests import test_precision, test_umup  # noqa: E402
+from tests import test_precision, test_umup_models  # noqa: E402
 from tests.conftest import typed  # noqa: E402
 from tests.datafiles import write_cifar  # noqa: E402
 
@@ -33,11 +33,11 @@ def main() -> None:
     write_cifar(root / "cifar")
     data_over = {"cifar10": [f"data.root={root / 'cifar'}"], "mnist1d": [f"data.cache={root / 'mnist1d'}"]}
     runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
-    umup_runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-5, -2)]  # u-muP's LRs (test_umup's)
+    umup_runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-5, -2)]  # u-muP's LRs (test_umup_models')
     models = {model: (lambda dtype, m=model: test_precision.config(m, data_over, "train.steps=40", f"train.dtype={dtype}"),
                       runs) for model in test_precision.MODELS}
-    models |= {f"{model} umup": (lambda dtype, over=over: typed(*over, *test_umup.TRAIN, "train.steps=40", f"train.dtype={dtype}"),
-                                 umup_runs) for model, over in test_umup.SMALL.items()}
+    umup = lambda over: lambda dtype: typed(*over, *test_umup_models.TRAIN, "train.steps=40", f"train.dtype={dtype}")  # noqa: E731
+    models |= {f"{model} umup": (umup(over), umup_runs) for model, over in test_umup_models.SMALL.items()}
     worst_rounding = worst_training = 0.0
     print(f"{'model':<17} {'rounding':>9} {'training (of the seed gap)':>27}")
     for model, (config, lrs) in models.items():
