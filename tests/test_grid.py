@@ -48,7 +48,8 @@ def test_runs_of_a_job_with_a_grid_are_lrs_x_values_x_seeds():
     assert all(r.grid == () for r in runs_of(typed()))
 
 
-UMUP_TRANSFORMER = ["model=transformer", "data=text", "data.seq_len=8", "model.heads=4", "depth=1"]
+# 10 steps (the cases' own train.steps comes after the 30 the others train): five keys on a transformer
+UMUP_TRANSFORMER = ["model=transformer", "data=text", "data.seq_len=8", "model.heads=4", "depth=1", "train.steps=10"]
 SLOW = ("u-muP loss_mult", "u-muP residual_attn_ratio")  # the paths of muP's output_mult and u-muP's residual_mult
 CASES = {
     "weight decay, independent": ("optim.weight_decay", [0.0, 0.003, 0.05], []),
@@ -68,7 +69,7 @@ CASES = {
 @pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if c in SLOW else []) for c in CASES])
 def test_batched_equals_one_run_at_a_time_in_float64(case):
     key, values, extra = CASES[case]
-    over = [*SMALL, *extra, "train.dtype=float64", "train.steps=30", "n_seeds=2"]
+    over = [*SMALL, "train.steps=30", *extra, "train.dtype=float64", "n_seeds=2"]
     runs = grid_runs(key, values, seeds=(0, 1))
     batched = engine.train(build.job(typed(*over)), runs)
     alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
@@ -85,7 +86,7 @@ def test_a_run_with_value_v_equals_a_job_with_the_key_set_to_v(case):
     The job with the scalar trains the same K runs (same LRs, same ensemble layout): in float32
     a batched kernel's rounding may depend on K itself, which is not what is tested here."""
     key, values, extra = CASES[case]
-    over = [*SMALL, *extra, "train.steps=30"]
+    over = [*SMALL, "train.steps=30", *extra]
     runs = grid_runs(key, values)
     together = engine.train(build.job(typed(*over)), runs)
     plain = [Run(log2_lr=r.log2_lr, seed=r.seed) for r in runs]
