@@ -94,8 +94,6 @@ def test_bf16_stays_within_what_bf16_allows_of_float32(model):
         assert abs(b.final_loss - a.final_loss) <= gap / 2, (a.lr, a.seed, a.final_loss, b.final_loss, gap)
 
 
-
-
 def test_inspect_shows_the_unit_scaled_operations(cli):
     code, out, err = cli("inspect", "model=transformer", "data=text", "data.seq_len=16", "width=64", "depth=2",
                          "param=umup", "param.act_mult=2", "--json")
