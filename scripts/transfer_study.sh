@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The four-parameterization width study (issue 3's done criterion), measured:
-# widths 64..1024 x param standard, equalized, mup, modular x seeds 0, 1, 2; Adam,
+# The four-parameterization width study (issue 3's done criterion), measured, with u-muP beside them (issue 55):
+# widths 64..1024 x param standard, equalized, mup, modular, umup x seeds 0, 1, 2; Adam,
 # the default data, each parameterization's default LR grid. Then its summary
 # (sub-grid optima, drift with a 95% interval, verdict), its figures (a panel per
 # parameterization, the transfer plot) and each parameterization's coordinate check.
@@ -16,14 +16,14 @@ shift || true
 LRT=${LRT:-lrtransfer}
 start=$(date +%s)
 
-$LRT sweep width=64,128,256,512,1024 param=standard,equalized,mup,modular seed=0,1,2 \
+$LRT sweep width=64,128,256,512,1024 param=standard,equalized,mup,modular,umup seed=0,1,2 \
   name=transfer results_dir="$RESULTS" engine.threads=1 "$@"
 echo "== sweep: $(( $(date +%s) - start )) s"
 $LRT summary "$RESULTS/transfer"
 $LRT summary "$RESULTS/transfer" --json > "$RESULTS/transfer/summary.json"
 $LRT plot "$RESULTS/transfer"
 
-for p in standard equalized mup modular; do
+for p in standard equalized mup modular umup; do
   $LRT coord-check param=$p results_dir="$RESULTS" engine.threads=1 "$@"
 done
 echo "== total: $(( $(date +%s) - start )) s"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from tests.conftest import TINY
 from tests.conftest import copy_study as _copy
 
 NO_CUDA = not torch.cuda.is_available()
+NANOGPT = Path(__file__).parent / "nanogpt_standin.py"  # nanoGPT's GPT: its table tied to the readout
+LOOSE = Path(__file__).parent / "loose_net.py"  # a matrix outside any layer
 
 # (case, sweep arguments, the fragment the one-line error must contain)
 CATALOGUE = [
@@ -171,7 +174,8 @@ CATALOGUE = [
      "unknown key 'grid.optim.beta' in 'grid.optim' (did you mean 'beta2'?); valid: beta1, beta2, eps, weight_decay"),
     ("grid key added past the schema", ["+grid.optim.momentum=[0.9]"],
      "unknown key 'grid.optim.momentum' (did you mean 'grid.optim.beta2'?); valid: grid.optim.beta1, grid.optim.beta2, "
-     "grid.optim.eps, grid.optim.weight_decay, grid.param.output_mult"),
+     "grid.optim.eps, grid.optim.weight_decay, grid.param.act_mult, grid.param.attn_mult, grid.param.loss_mult, "
+     "grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult"),
     ("grid key of another option", ["grid.param.output_mult=[1,2]"],
      "grid.param.output_mult: param=standard has no such key; keys that may vary per run here: optim.weight_decay, optim.beta1, optim.beta2, optim.eps"),
     ("grid of a scalar", ["grid.optim.weight_decay=0.1"], "grid.optim.weight_decay: Invalid value assigned: float is not a ListConfig"),
@@ -234,7 +238,7 @@ CATALOGUE = [
      "model.branch_outputs=*.c_proj: no Linear of model.target={models}:build matches it; its Linears: 0, 2, 4"),
     ("modular on a custom model", ["model=custom", "model.target={models}:build", "param=modular"],
      "param=modular needs the model's tree of modules (masses, sensitivities), which model=custom does not have; "
-     "parameterizations that work: completep, equalized, mup, spectral, standard"),
+     "parameterizations that work: completep, equalized, mup, spectral, standard, umup"),
     # model=custom's own init (issue 35): the key, and a module whose own init cannot start runs per seed
     ("custom init not a choice", ["model=custom", "model.target={models}:build", "model.init=random"],
      "model.init: Invalid value 'random', expected one of [own, torch]"),
@@ -248,6 +252,34 @@ CATALOGUE = [
     ("zero muP attention multiplier", ["param=mup", "param.attn_mult=0"], "param.attn_mult must be positive, got 0.0"),
     ("unknown tied-table convention", ["param=mup", "param.tied_init=shared"],
      "param.tied_init: Invalid value 'shared', expected one of [embedding, readout]"),
+    # u-muP (issue 55): its multipliers, and what it cannot do right
+    ("u-muP multiplier 0", ["param=umup", "param.act_mult=0"], "param.act_mult must be positive, got 0.0"),
+    ("u-muP multiplier negative", ["param=umup", "param.loss_mult=-1"], "param.loss_mult must be positive, got -1.0"),
+    ("u-muP multiplier not a number", ["param=umup", "param.attn_mult=abc"],
+     "param.attn_mult: Value 'abc' of type 'str' could not be converted to Float"),
+    ("u-muP multiplier infinite", ["param=umup", "param.residual_mult=inf"], "param.residual_mult must be finite, got inf"),
+    ("u-muP with SGD", ["param=umup", "optim=sgd"], "param=umup has rules for Adam-type optimizers only (optim=adam), not optim=sgd"),
+    ("u-muP on a conv net", ["param=umup", "model=cnn"],
+     "param=umup has unit-scaled forms for model=mlp, resnet, transformer, custom, not model=cnn"),
+    ("u-muP with tanh", ["param=umup", "model.activation=tanh"],
+     "model.activation=tanh: param=umup has unit-scaled forms of relu, gelu only"),
+    ("u-muP act_mult on relu", ["param=umup", "param.act_mult=2"],
+     "param.act_mult=2 does nothing here (relu(mult x) / mult is relu(x)): leave it at 1"),
+    ("u-muP residual multiplier on an MLP", ["param=umup", "grid.param.residual_mult=[0.5,2]"],
+     "param.residual_mult=1 with grid.param.residual_mult=[0.5, 2.0] does nothing here (model=mlp has no residual adds"),
+    ("u-muP attention ratio on ResNet-S", ["param=umup", "model=resnet", "param.residual_attn_ratio=2"],
+     "param.residual_attn_ratio=2 does nothing here (model=resnet has no attention branches): leave it at 1"),
+    ("u-muP with another residual rule", ["param=umup", "model=resnet", "model.residual=one"],
+     "model.residual=one: param=umup mixes each residual add by its own taus"),
+    ("u-muP on a custom model's nonlinearities", ["model=custom", "model.target={models}:build", "param=umup",
+                                                  "param.act_mult=2"],
+     "param.act_mult=2 does nothing here (it cannot reach a published model's own nonlinearities): leave it at 1"),
+    ("u-muP on a table tied to the readout", ["model=custom", f"model.target={NANOGPT}:GPT", f"model.config={NANOGPT}:GPTConfig",
+                                              "model.width_key=n_embd", "model.config_kwargs={{n_head: 2}}", "data=text",
+                                              "param=umup"],
+     "param=umup: transformer.wte.weight is tied to the readout lm_head.weight, and u-muP has no rule for one tensor"),
+    ("u-muP on a matrix outside any layer", ["model=custom", f"model.target={LOOSE}:LooseNet", "param=umup"],
+     "param=umup has no rule for a matrix outside a Linear, conv or embedding (mix)"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
@@ -312,7 +344,9 @@ NEW_KEYS = [
      "grid.param.output_mult=[1.0, inf]: every value must be finite, got inf"),
     ("a grid in an adaptive sweep", ["width=16,32", "grid.optim.weight_decay=[0,0.1]", "--until-decided"],
      "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
-    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.beta1, grid.optim.beta2, grid.optim.eps, grid.optim.weight_decay, grid.param.output_mult"),
+    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.beta1, grid.optim.beta2, "
+     "grid.optim.eps, grid.optim.weight_decay, grid.param.act_mult, grid.param.attn_mult, grid.param.loss_mult, "
+     "grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult"),
     ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
 ]
 

@@ -299,7 +299,7 @@ def test_a_package_modules_relative_imports_count_and_nothing_runs(tmp_path, mon
 def test_modular_is_refused_in_one_line():
     from lrtransfer.options.schema import ConfigError
 
-    with pytest.raises(ConfigError, match="param=modular needs the model's tree of modules.*that work: completep, equalized, mup, spectral, standard"):
+    with pytest.raises(ConfigError, match="param=modular needs the model's tree of modules.*that work: completep, equalized, mup, spectral, standard, umup"):
         typed(*CUSTOM, "param=modular")
 
 

@@ -48,6 +48,9 @@ def test_runs_of_a_job_with_a_grid_are_lrs_x_values_x_seeds():
     assert all(r.grid == () for r in runs_of(typed()))
 
 
+# 10 steps (the cases' own train.steps comes after the 30 the others train): five keys on a transformer
+UMUP_TRANSFORMER = ["model=transformer", "data=text", "data.seq_len=8", "model.heads=4", "depth=1", "train.steps=10"]
+SLOW = ("u-muP loss_mult", "u-muP residual_attn_ratio")  # the paths of muP's output_mult and u-muP's residual_mult
 CASES = {
     "weight decay, independent": ("optim.weight_decay", [0.0, 0.003, 0.05], []),
     "weight decay, with the LR": ("optim.weight_decay", [0.0, 0.003, 0.05], ["optim.decay_scaling=lr"]),
@@ -61,16 +64,20 @@ CASES = {
     "muP output multiplier": ("param.output_mult", [0.25, 1.0, 3.0], ["param=mup", "param.base_width=8"]),
     "muP output multiplier, model=custom": ("param.output_mult", [0.25, 1.0, 3.0],
                                             ["param=mup", "param.base_width=8", "model=custom", f"model.target={EXAMPLE}:build"]),
+    **{f"u-muP {key}": (f"param.{key}", [0.5, 1.0, 2.0], ["param=umup", *UMUP_TRANSFORMER])
+       for key in ("act_mult", "attn_mult", "loss_mult", "residual_mult", "residual_attn_ratio")},
+    "u-muP loss_mult, model=custom": ("param.loss_mult", [0.5, 2.0],
+                                      ["param=umup", "model=custom", f"model.target={EXAMPLE}:build"]),
 }
 
 
 ROUNDED = ("optim.beta1", "optim.beta2", "optim.eps")  # equal to a configured job to rounding (below)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if c in SLOW else []) for c in CASES])
 def test_batched_equals_one_run_at_a_time_in_float64(case):
     key, values, extra = CASES[case]
-    over = [*SMALL, *extra, "train.dtype=float64", "train.steps=30", "n_seeds=2"]
+    over = [*SMALL, "train.steps=30", *extra, "train.dtype=float64", "n_seeds=2"]
     runs = grid_runs(key, values, seeds=(0, 1))
     batched = engine.train(build.job(typed(*over)), runs)
     alone = engine.train(build.job(typed(*over, "engine.batched=false")), runs)
@@ -80,7 +87,7 @@ def test_batched_equals_one_run_at_a_time_in_float64(case):
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if c in SLOW else []) for c in CASES])
 def test_a_run_with_value_v_equals_a_job_with_the_key_set_to_v(case):
     """Number for number, in the default float32: the per-run value is rounded as the scalar is.
 
@@ -92,7 +99,7 @@ def test_a_run_with_value_v_equals_a_job_with_the_key_set_to_v(case):
     job updates them all at once, and the kernel's vectorised body and scalar tail round differently
     (1 ulp in float32 here and there)."""
     key, values, extra = CASES[case]
-    over = [*SMALL, *extra, "train.steps=30", *(["train.dtype=float64"] if key in ROUNDED else [])]
+    over = [*SMALL, "train.steps=30", *extra, *(["train.dtype=float64"] if key in ROUNDED else [])]
     runs = grid_runs(key, values)
     together = engine.train(build.job(typed(*over)), runs)
     plain = [Run(log2_lr=r.log2_lr, seed=r.seed) for r in runs]

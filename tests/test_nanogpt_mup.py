@@ -124,17 +124,23 @@ def one_step(cfg, theirs: list[dict] = THEIRS["256"]["tensors"]) -> list[dict]:
         before = torch.randn(shape, generator=torch.Generator().manual_seed(ADAMW["param_seed"] + i), dtype=torch.float64)
         grad = torch.randn(shape, generator=torch.Generator().manual_seed(ADAMW["grad_seed"] + i), dtype=torch.float64)
         before, grad = before * ADAMW["param_std"], grad * ADAMW["grad_std"]
-        with torch.no_grad():
-            slot.tensor.copy_(before.unsqueeze(0))
-        opt = build.optimizer(cfg, [slot])
-        updates = param.updates([slot], opt.directions([grad.unsqueeze(0)]), lr)
-        with torch.no_grad():
-            apply_updates([slot], updates, param.decays([slot], lr, 1.0, cfg.optim))
-        d = slot.tensor.detach()[0] - before
-        out[name] = {"step_rms": float(d.pow(2).mean().sqrt()), "step_dot_grad": float((d * grad).sum()),
-                     "step_dot_param": float((d * before).sum())}
+        out[name] = step_of(cfg, param, slot, before, grad, lr)
         slot.tensor.grad = None
     return [out[r["name"]] for r in theirs]
+
+
+def step_of(cfg, param, slot, before, grad, lr) -> dict:
+    """One step of lrtransfer's optimizer on one tensor set to `before` with gradient `grad` (storage
+    shape, one run): the step d = after - before as RMS(d), sum(d * grad) and sum(d * before)."""
+    with torch.no_grad():
+        slot.tensor.copy_(before.unsqueeze(0))
+    opt = build.optimizer(cfg, [slot])
+    updates = param.updates([slot], opt.directions([grad.unsqueeze(0)]), lr)
+    with torch.no_grad():
+        apply_updates([slot], updates, param.decays([slot], lr, 1.0, cfg.optim))
+    d = slot.tensor.detach()[0] - before
+    return {"step_rms": float(d.pow(2).mean().sqrt()), "step_dot_grad": float((d * grad).sum()),
+            "step_dot_param": float((d * before).sum())}
 
 
 @pytest.mark.parametrize("width", [256, 1024])

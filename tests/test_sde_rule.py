@@ -234,3 +234,20 @@ def test_the_optimizer_gets_each_tensors_betas():
     assert ens.opt.beta2 == [pytest.approx(0.998)] * len(ens.slots)
     assert all(isinstance(b, float) for b in ens.opt.beta1)
     assert math.isclose(ens.opt.eps[0], 1e-8 / math.sqrt(2), rel_tol=1e-15)
+
+
+@pytest.mark.parametrize("param", ["standard", "equalized", "mup", "completep", "modular", "spectral", "umup"])
+def test_every_parameterization_takes_the_rule(param):
+    """The rule is every parameterization's (their options derive from `SdeOptions`): at kappa = 4 each
+    tensor's LR moves by 4^0.5 against the rule off, whatever the parameterization's own rules."""
+    from lrtransfer import options
+    from lrtransfer.options.param.sde import SdeOptions
+
+    assert issubclass(options.of("param")[param], SdeOptions)
+    model = ["model=resnet"] if param == "completep" else []  # CompleteP's depth rule needs residual blocks
+    base = [f"param={param}", *model, "train.steps=75", "param.base_steps=300"]
+    _, plain = rows(*base)
+    kappa, ruled = rows(*base, "param.sde_rule=sde")
+    assert kappa == 4.0
+    for name, r in ruled.items():
+        assert r["lr_mult"] == pytest.approx(plain[name]["lr_mult"] * 2.0, rel=1e-14), name

@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from lrtransfer.config import Config, semantic
 from lrtransfer.errors import Fault, UserError, collected, one_line
-from lrtransfer.nn import Residual, is_one_dimensional
+from lrtransfer.nn import Activation, Residual, is_one_dimensional
 from lrtransfer.options.param.base import tensor_update
 from lrtransfer.options.schema import ORTHOGONALIZED, scaled_beta
 
@@ -123,6 +123,10 @@ def _inspect(cfg: Config) -> dict:
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
     doc = {"config": config_dict(cfg), "branch_mult": branch_mult(model), "kappa": param.sde.kappa}
+    skips = skip_mult(model)
+    if skips is not None:
+        doc["skip_mult"] = skips
+    doc.update(unit_scales(model))
     with torch.no_grad(), collected() as said, AttentionScales() as seen:  # warnings said once: as notes
         model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
     doc["attention_scale"] = seen.scale()
@@ -133,14 +137,45 @@ def _inspect(cfg: Config) -> dict:
     return {**doc, "notes": notes} if notes else doc
 
 
-def branch_mult(model) -> float | None:
+def branch_mult(model) -> float | list[float] | None:
     """The residual branches' multiplier: the built-in models' `Residual` blocks, or the factor folded
-    into a published model's branch outputs; None where the model has no residual branch."""
-    found = {m.branch for m in model.modules() if isinstance(m, Residual)}
-    found |= {a.branch_mult for a in model.atoms() if a.branch_output}
-    if len(found) > 1:
-        raise AssertionError(f"residual branches with different multipliers: {sorted(found)}")
-    return float(found.pop()) if found else None
+    into a published model's branch outputs; each branch's, in order, where they differ (u-muP's
+    taus); None where the model has no residual branch."""
+    found = [_number(m.branch) for m in model.modules() if isinstance(m, Residual)]
+    found += [a.branch_mult for a in model.atoms() if a.branch_output]
+    if len(set(found)) > 1:
+        return found
+    return float(found[0]) if found else None
+
+
+def skip_mult(model) -> list[float] | None:
+    """Each residual block's multiplier of its skip connection, where one is not 1 (u-muP's); else None."""
+    found = [_number(m.skip) for m in model.modules() if isinstance(m, Residual)]
+    return found if any(s != 1.0 for s in found) else None
+
+
+def _number(value) -> float | list[float]:
+    """A multiplier as plain data: a float, or one per run."""
+    return value.tolist() if isinstance(value, torch.Tensor) else float(value)
+
+
+def unit_scales(model) -> dict:
+    """Where a rule unit-scales the model's own operations (u-muP's): each nonlinearity's input
+    multiplier and output gain, and the factor on attention's output at the task's sequence length."""
+    out = {}
+    acts = {(_key(m.mult), _key(m.out * m.mult)) for m in model.modules() if isinstance(m, Activation)}
+    if acts and acts != {(1.0, 1.0)}:
+        (mult, gain), *_ = sorted(acts)
+        out["activation_mult"], out["activation_gain"] = mult, gain
+    outs = {_key(m.out_at_context) for m in model.modules() if hasattr(m, "out_at_context") and m.out_mult is not None}
+    if outs:
+        out["attention_output_mult"] = sorted(outs)[0]
+    return out
+
+
+def _key(value):
+    v = _number(value)
+    return tuple(v) if isinstance(v, list) else v
 
 
 def branch_notes(model) -> list[str]:
@@ -198,7 +233,25 @@ def table(doc: dict) -> str:
         row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_mean"]), _num(r["init_std"]), fwd,
                _num(r["lr_mult"])]
         rows.append(row + [_num(r[k]) for k, _ in extra])
-    return _format(head, rows)
+    return "\n".join([_format(head, rows), *scale_lines(doc)])
+
+
+def scale_lines(doc: dict) -> list[str]:
+    """The model-wide multipliers a rule sets beside the tensors' own (u-muP's unit-scaled operations)."""
+    lines = []
+    if "skip_mult" in doc:
+        lines.append("residual adds (skip, branch): " + ", ".join(
+            f"({_num(s)}, {_num(b)})" if isinstance(s, float) else "(per run)"
+            for s, b in zip(doc["skip_mult"], doc["branch_mult"] if isinstance(doc["branch_mult"], list)
+                            else [doc["branch_mult"]] * len(doc["skip_mult"]))))
+    if "activation_gain" in doc:
+        mult, gain = doc["activation_mult"], doc["activation_gain"]
+        lines.append("nonlinearities: gain x f(mult x) / mult, " + (f"mult {_num(mult)}, gain {_num(gain)}"
+                                                                   if isinstance(mult, float) else "one mult per run"))
+    if "attention_output_mult" in doc:
+        m = doc["attention_output_mult"]
+        lines.append(f"attention output x {_num(m) if isinstance(m, float) else 'one factor per run'}")
+    return lines
 
 
 def ratio_table(docs: list[dict]) -> str:

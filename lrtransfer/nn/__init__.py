@@ -30,6 +30,7 @@ from lrtransfer.nn.atoms import (
     is_hidden_matrix,
     is_one_dimensional,
     scaled,
+    set_scalar,
     tare,
 )
 from lrtransfer.nn.compounds import (
@@ -46,4 +47,4 @@ from lrtransfer.nn.compounds import (
 
 __all__ = ["FIXED", "HIDDEN", "INPUT", "OUTPUT", "ROLES", "VECTOR", "Activation", "Atom", "Conv", "Embedding",
            "Enumerate", "Flatten", "Gain", "LayerNorm", "Linear", "Module", "Pool", "Residual", "Sequential", "Slot",
-           "Standardize", "Sum", "is_hidden_matrix", "is_one_dimensional", "scaled", "tare"]
+           "Standardize", "Sum", "is_hidden_matrix", "is_one_dimensional", "scaled", "set_scalar", "tare"]

@@ -150,15 +150,9 @@ class Atom(Module):
 
     def set_multipliers(self, weight: float | Tensor, bias: float | Tensor) -> None:
         """Set the forward multipliers: floats, or (K,) tensors, one value per run (a per-run
-        option such as muP's output_mult), kept as buffers so that moving the model to its
-        device and dtype moves and rounds them too."""
-        for name, value in (("weight_mult", weight), ("bias_mult", bias)):
-            self._buffers.pop(name, None)
-            self.__dict__.pop(name, None)
-            if isinstance(value, Tensor):
-                self.register_buffer(name, value.detach().clone(), persistent=False)
-            else:
-                setattr(self, name, float(value))
+        option such as muP's output_mult)."""
+        set_scalar(self, "weight_mult", weight)
+        set_scalar(self, "bias_mult", bias)
 
     def trained(self) -> Iterator[tuple[str, Tensor]]:
         """(name, tensor) of each trained tensor this atom holds, in TENSORS order."""
@@ -200,6 +194,17 @@ class Atom(Module):
 
     def extra_repr(self) -> str:
         return f"{self.fan_in} -> {self.fan_out}, role={self.role}, runs={self.runs}"
+
+
+def set_scalar(module: nn.Module, name: str, value: float | Tensor) -> None:
+    """module.name = a float, or a (K,) tensor, one value per run (a per-run option), kept as a
+    buffer so that moving the model to its device and dtype moves and rounds it too."""
+    module._buffers.pop(name, None)
+    module.__dict__.pop(name, None)
+    if isinstance(value, Tensor):
+        module.register_buffer(name, value.detach().clone(), persistent=False)
+    else:
+        setattr(module, name, float(value))
 
 
 def scaled(t: Tensor, mult: float | Tensor) -> Tensor:

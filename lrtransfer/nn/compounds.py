@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from lrtransfer.nn.atoms import Gain, Module
+from lrtransfer.nn.atoms import Gain, Module, scaled, set_scalar
 
 
 class Enumerate(Module):
@@ -39,6 +39,9 @@ class Activation(Module):
     - `lipschitz`: the Lipschitz constant max |f'|, a bound that holds for every
       input: ReLU and tanh 1, (exact) GELU 1.129, the scaled forms sqrt(2) times that.
     tanh, which Modula does not have, is 1 under both.
+
+    A unit-scaled nonlinearity (u-muP's, `unit_scale`) computes gain * f(mult * x) / mult: its
+    input multiplier and an output gain that keeps a unit Gaussian input's output at unit scale.
     """
 
     FUNCTIONS = {"relu": torch.relu, "gelu": nn.functional.gelu, "tanh": torch.tanh,
@@ -53,16 +56,24 @@ class Activation(Module):
         self.name = name
         self.fn = self.FUNCTIONS[name]
         self.convention = "modula"
+        self.mult, self.out = 1.0, 1.0  # gain * f(mult * x) / mult = out * f(mult * x)
+
+    def unit_scale(self, mult: float | Tensor, gain: float | Tensor) -> None:
+        """Compute gain * f(mult * x) / mult from now on: floats, or (K,) tensors, one per run."""
+        set_scalar(self, "mult", mult)
+        set_scalar(self, "out", gain / mult)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fn(x)
+        # x: (K, B, ..., d) where mult or out is a (K,) tensor
+        return scaled(self.fn(scaled(x, self.mult)), self.out)
 
     @property
     def sensitivity(self) -> float:
         return self.SENSITIVITY[self.convention][self.name]
 
     def extra_repr(self) -> str:
-        return self.name
+        unit = "" if isinstance(self.out, float) and self.out == self.mult == 1.0 else ", unit-scaled"
+        return self.name + unit
 
 
 class Flatten(Module):
@@ -153,17 +164,17 @@ class Sequential(Module):
 
 
 class Residual(Module):
-    """z -> skip * z + branch * block(z): the residual rule is the parameterization's choice."""
+    """z -> skip * z + branch * block(z): the residual rule is the parameterization's choice.
+    skip, branch: floats, or (K,) tensors, one per run (u-muP's taus under a per-run option)."""
 
-    def __init__(self, block: Module, *, skip: float = 1.0, branch: float = 1.0) -> None:
+    def __init__(self, block: Module, *, skip: float | Tensor = 1.0, branch: float | Tensor = 1.0) -> None:
         super().__init__()
-        self.block, self.skip, self.branch = block, skip, branch
+        self.block = block
+        set_scalar(self, "skip", skip)
+        set_scalar(self, "branch", branch)
 
     def forward(self, z: Tensor) -> Tensor:
-        out = self.block(z)
-        if self.branch != 1.0:
-            out = out * self.branch
-        return out + (z if self.skip == 1.0 else z * self.skip)
+        return scaled(self.block(z), self.branch) + scaled(z, self.skip)
 
     @property
     def sensitivity(self) -> float:

@@ -606,8 +606,9 @@ class Custom(Module):
         """What `param`'s rules do here that a reader cannot see in the table, and what they cannot
         do from outside the module: frozen tensors (not in the table); a tied readout; a rule for
         attention logits other than SP's 1/sqrt(d) (muP's 1/d), applied where the module exposes its
-        scale (after a forward, which counts the scaled_dot_product_attention calls), else a warning."""
-        out = []
+        scale (after a forward, which counts the scaled_dot_product_attention calls), else a warning;
+        and what the rule itself says it cannot reach (`Parameterization.notes`)."""
+        out = list(param.notes(self))
         if self.frozen:
             out.append(f"note: frozen, not trained (requires_grad=False): {counted(self.frozen, 6)}; every run holds "
                        f"the module's own values, {self.frozen_source}, with no init rule, multiplier or LR of param={param.name}")
@@ -626,8 +627,9 @@ class Custom(Module):
                  [f"{self.sdpa_calls} scaled_dot_product_attention calls a forward at their default scale"]
                  if self.sdpa_calls else [])
         if where:
+            has_zero_query = hasattr(param, "zero_query")  # muP's rule (said where it is not applied)
             return out + [f"note: {rule} applied through {' and '.join(where)}"
-                          + ("" if zeroed else "; queries keep their init (muP's zero query is not applied)")]
+                          + ("" if zeroed or not has_zero_query else "; queries keep their init (muP's zero query is not applied)")]
         return out + [f"warning: {listed(self.attention, 3)} computes attention: {rule} cannot be applied "
                       "from outside the module (it keeps its own scale)"]
 

@@ -8,7 +8,8 @@
 Causal multi-head self-attention with `model.heads` heads of d_head = width / heads:
 Q, K, V and the output projection O are Linears (Q tagged "query": muP starts it at
 zero); logits q.k are scaled by `param.attention_scale(d_head)` (SP 1/sqrt(d_head),
-muP and modular 1/d_head). The MLP is Linear(width, mlp_ratio * width), the
+muP and modular 1/d_head, u-muP attn_mult/d_head), and the output by `param.attention_output_mult`
+where a rule has one (u-muP's unit-scaled attention). The MLP is Linear(width, mlp_ratio * width), the
 activation, Linear back. The residual trunk is built by `param.residual_stack` from
 the 2 * depth branches, so `model.residual` (or the parameterization's own rule)
 applies to each, with L = 2 * depth (Modula's GPT: skip 1 - 1/(2L'), branch 1/(2L')
@@ -30,6 +31,7 @@ sequence of one run, never across runs or sequences.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
@@ -39,7 +41,8 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from lrtransfer.nn import (
-    HIDDEN, OUTPUT, Activation, Embedding, Enumerate, LayerNorm, Linear, Module, Sequential, Sum, tare,
+    HIDDEN, OUTPUT, Activation, Embedding, Enumerate, LayerNorm, Linear, Module, Sequential, Sum, scaled, set_scalar,
+    tare,
 )
 from lrtransfer.options.schema import TOKENS, ConfigError, ResidualRule, positive
 from lrtransfer.options.schema import Activation as ActivationName
@@ -84,7 +87,9 @@ OPTIONS = TransformerOptions
 class CausalSelfAttention(Module):
     """O(attention(m q, m k, m v)) with q, k, v = Q z, K z, V z, per head, causal.
 
-    m = `qkv_mult`, `scale` the factor on the logits. As a compound (Modula's
+    m = `qkv_mult`, `scale` the factor on the logits (a float, or a (K,) tensor: one per run),
+    `out_mult(T)` a factor on attention's output for sequences of T tokens (u-muP's unit-scaled
+    attention; None: 1). As a compound (Modula's
     `W @ FunctionalAttention * 1/3 @ (Q, K, V)` with m = 1/3): the tuple (Q, K, V)
     (sensitivity s_Q + s_K + s_V), the scalar m, the attention itself (a bond of
     sensitivity 1, as Modula counts it), then O. Mass mu = mu_Q + mu_K + mu_V + mu_O;
@@ -92,9 +97,14 @@ class CausalSelfAttention(Module):
     (mu_i / mu) T / (|m| s_O).
     """
 
-    def __init__(self, width: int, heads: int, *, runs: int, bias: bool, scale: float, qkv_mult: float) -> None:
+    def __init__(self, width: int, heads: int, *, runs: int, bias: bool, scale: float | Tensor, qkv_mult: float,
+                 out_mult: Callable[[int], float | Tensor] | None = None, context: int = 0) -> None:
         super().__init__()
-        self.heads, self.d_head, self.scale, self.qkv_mult = heads, width // heads, scale, qkv_mult
+        self.heads, self.d_head, self.qkv_mult, self.out_mult = heads, width // heads, qkv_mult, out_mult
+        # the logits' factor: one float, or each run's (kept as Python floats, as a job with that value has it)
+        self.scale = scale.tolist() if isinstance(scale, Tensor) else float(scale)
+        self.context = context  # the task's sequence length: its output factor is held ready (moved with the model)
+        set_scalar(self, "out_at_context", out_mult(context) if out_mult is not None and context else 1.0)
         self.q = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="query")
         self.k = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="key")
         self.v = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="value")
@@ -111,11 +121,14 @@ class CausalSelfAttention(Module):
             q, k, v = q * self.qkv_mult, k * self.qkv_mult, v * self.qkv_mult
         K, B, H, T, D = q.shape
         with _float32_on_cpu(q) as full:
-            y = F.scaled_dot_product_attention(  # (K * B, H, T, d_head): one sequence of one run at a time
-                full(q).reshape(K * B, H, T, D), full(k).reshape(K * B, H, T, D), full(v).reshape(K * B, H, T, D),
-                is_causal=True, scale=self.scale,
-            )
+            q, k, v = (full(t).reshape(K, B, H, T, D) for t in (q, k, v))
+            if isinstance(self.scale, list):  # one scale per run: each run's sequences with its own
+                y = torch.cat([attend(q[r], k[r], v[r], self.scale[r]) for r in range(K)])
+            else:  # (K * B, H, T, d_head): one sequence of one run at a time
+                y = attend(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), self.scale)
         y = y.view(K, B, H, T, D).transpose(-3, -2).flatten(-2)  # (K, B, T, width)
+        if self.out_mult is not None:
+            y = scaled(y, self.out_at_context if T == self.context else _on(self.out_mult(T), y))
         return self.o(y)
 
     @property
@@ -131,7 +144,17 @@ class CausalSelfAttention(Module):
         return qkv + [(self.o, self.o.mass / mass * target)]
 
     def extra_repr(self) -> str:
-        return f"heads={self.heads}, d_head={self.d_head}, scale={self.scale:.4g}, qkv_mult={self.qkv_mult:.4g}"
+        scale = f"{self.scale:.4g}" if isinstance(self.scale, float) else "one per run"
+        return f"heads={self.heads}, d_head={self.d_head}, scale={scale}, qkv_mult={self.qkv_mult:.4g}"
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    """Causal attention of (N, H, T, d_head) sequences with `scale` on the logits."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+def _on(mult: float | Tensor, like: Tensor) -> float | Tensor:
+    return mult.to(like.device, like.dtype) if isinstance(mult, Tensor) else mult
 
 
 @contextmanager
@@ -172,7 +195,8 @@ def build(options: TransformerOptions, param, *, width: int, depth: int, runs: i
         return Sequential([
             layer_norm(width, runs),
             CausalSelfAttention(width, heads, runs=runs, bias=bias, scale=param.attention_scale(width // heads),
-                                qkv_mult=param.attention_qkv_mult()),
+                                qkv_mult=param.attention_qkv_mult(), out_mult=param.attention_output_mult(width // heads),
+                                context=context),
         ])
 
     def mlp() -> Sequential:

@@ -94,6 +94,11 @@ class Parameterization:
         """The factor on attention logits q.k; SP: 1/sqrt(d_head)."""
         return 1.0 / math.sqrt(d_head)
 
+    def attention_output_mult(self, d_head: int):
+        """T -> the factor on attention's output for sequences of T tokens (u-muP's unit-scaled
+        attention), or None; SP: None (no factor)."""
+        return None
+
     def attention_qkv_mult(self) -> float:
         """The factor on q, k and v before attention (part of the compound's forward); SP: 1."""
         return 1.0
@@ -219,6 +224,10 @@ class Parameterization:
         direction, the rate, the decay and the update in one pass over each run's tensors. A rule
         that overrides `updates` (the modular norm, spectral) keeps its own pass, never this one."""
         return type(self).updates is Parameterization.updates
+
+    def notes(self, model: Module) -> list[str]:
+        """What this rule cannot do to a user's module from outside it (model=custom), for `inspect`; SP: nothing."""
+        return []
 
     def state_dict(self) -> dict:
         """What the parameterization carries from step to step (saved in checkpoints); SP: nothing."""
