@@ -146,7 +146,7 @@ def test_a_checkpoint_resumes_on_the_other_device(tmp_path, monkeypatch, write_o
 @pytest.mark.parametrize("family", PUBLISHED)
 def test_a_published_model_trains_on_cuda_as_on_the_cpu(family):
     """Attention in a user's module runs under vmap; on the GPU its fused kernels' batching rules
-    failed (GPT-2 and nanoGPT alike), so it runs the plain kernel there (`wrapped.plain_attention`):
+    failed (GPT-2 and nanoGPT alike), so it runs the plain kernel there (`batching.plain_attention`):
     the runs train, float32 as on the CPU to 1e-3 over 20 steps."""
     if family == "gpt2":
         pytest.importorskip("transformers")
