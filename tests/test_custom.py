@@ -381,7 +381,7 @@ def test_a_target_file_imports_the_module_beside_it_and_trains(tmp_path):
         records = [json.loads(p.read_text()) for p in (tmp_path / "r" / f"s{i}").glob("*/record.json")]
         assert len(records) == 1 and records[0]["status"] == "complete"
         assert all(run["final_loss"] is not None for run in records[0]["runs"])
-    from lrtransfer.options.model.target import load
+    from lrtransfer.options.model.loading import load
 
     before = sys.path.copy()
     assert callable(load(f"{models / 'mod2.py'}:build"))  # in this process too
