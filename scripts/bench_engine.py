@@ -69,8 +69,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
 from lrtransfer.sweeps.job import runs_of  # noqa: E402
-from lrtransfer.training import build, engine, memory  # noqa: E402
+from lrtransfer.training import build, memory  # noqa: E402
 from lrtransfer.training.allocator import keep_freed_memory  # noqa: E402
+from lrtransfer.training.ensemble import Ensemble, _batch  # noqa: E402
 from lrtransfer.training.precision import autocast, bf16_unit, matmul_precision  # noqa: E402
 
 CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
@@ -169,16 +170,16 @@ def one_process_per_run(overrides: list[str], log2_lrs: list[float], results: Pa
     return total / 2
 
 
-def ensemble(over: list[str], K: int | None = None) -> tuple[object, engine.Ensemble]:
+def ensemble(over: list[str], K: int | None = None) -> tuple[object, Ensemble]:
     """(config, the ensemble of the first K runs of the default grid; K None: as the engine chunks it)."""
     cfg = typed(*over, "train.steps=100000", "engine.progress=false")
     built = build.job(cfg)
     runs = runs_of(cfg)
     K = memory.chunk_size(built, len(runs)) if K is None else K
-    return cfg, engine.Ensemble(built, runs[:K])
+    return cfg, Ensemble(built, runs[:K])
 
 
-def stepper(ens: engine.Ensemble, seconds: float = 0.25) -> Callable[[], None]:
+def stepper(ens: Ensemble, seconds: float = 0.25) -> Callable[[], None]:
     """A call of about `seconds` of steps of `ens` (the count fixed by one timed step); `.steps` says how many.
     Runs that diverge are frozen at the checks, as in a job (`engine.train`), not left computing NaNs."""
     def step() -> None:
@@ -203,12 +204,12 @@ def repeated(fn: Callable[[], None], device: torch.device, seconds: float) -> Ca
     return call
 
 
-def gradients(ens: engine.Ensemble) -> Callable[[], list[torch.Tensor]]:
+def gradients(ens: Ensemble) -> Callable[[], list[torch.Tensor]]:
     """A call of a step's forward and backward alone on one batch, returning the gradients, as the
     engine's step computes them (`Ensemble._compute`, without its skips: the built-in models use
     every tensor)."""
     kind = ens.train.dtype.value
-    x, y = engine._batch(ens.task, ens.gens, ens.seed_index, ens.train.batch_size)
+    x, y = _batch(ens.task, ens.gens, ens.seed_index, ens.train.batch_size)
 
     def call() -> list[torch.Tensor]:
         with matmul_precision(kind, ens.device):
@@ -381,10 +382,10 @@ def settings_cost(args, device: torch.device) -> None:
         for name, extra in kinds.items():
             cfg = typed(*over, *extra, "train.steps=100000", "engine.progress=false")
             runs = runs_of(cfg)[::2][:11] if extra and extra[0].startswith("grid") else runs_of(cfg)[:11]
-            ens = engine.Ensemble(build.job(cfg), runs)
+            ens = Ensemble(build.job(cfg), runs)
             modes[name] = stepper(ens)
             grads = gradients(ens)()
-            opt_ens = engine.Ensemble(build.job(cfg), runs)  # its own: the repeated pass moves its weights
+            opt_ens = Ensemble(build.job(cfg), runs)  # its own: the repeated pass moves its weights
 
             def opt_call(e=opt_ens, g=grads) -> None:
                 with torch.no_grad():

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from lrtransfer.training import build, engine  # noqa: E402
-from lrtransfer.training.engine import Run  # noqa: E402
+from lrtransfer.training.runs import Run  # noqa: E402
 from tests import test_precision, test_umup_models  # noqa: E402
 from tests.conftest import typed  # noqa: E402
 from tests.datafiles import write_cifar  # noqa: E402

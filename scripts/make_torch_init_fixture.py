@@ -29,7 +29,7 @@ def main() -> None:
     import torch
 
     from lrtransfer.training import build, engine
-    from lrtransfer.training.engine import Run
+    from lrtransfer.training.runs import Run
     from tests.conftest import typed
     from tests.test_published import FAMILIES, NANOGPT, SMALL
 

@@ -35,7 +35,6 @@ step of its AdamW), not off its formulas:
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 

@@ -54,7 +54,7 @@ MLP = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
 class GatedMLP(nn.Module):
     def __init__(self, width, depth, input_shape, output_dim):
         super().__init__()
-        from lrtransfer.options.model.target import load
+        from lrtransfer.options.model.loading import load
 
         self.net = load(f"{MLP}:build")(width, depth, input_shape, output_dim)
 

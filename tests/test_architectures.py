@@ -11,7 +11,7 @@ import torch
 
 from lrtransfer.training import build
 from lrtransfer.training import engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from lrtransfer.training.build import model as build_model
 from lrtransfer.nn import Conv, LayerNorm, Linear, Residual, Standardize
 from lrtransfer.training.build import parameterization as build_param

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Ensemble, Run
+from lrtransfer.training.ensemble import Ensemble
+from lrtransfer.training.runs import Run
 from tests.conftest import typed
 from tests.test_published import FAMILIES, NANOGPT, SMALL
 

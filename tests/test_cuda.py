@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from lrtransfer.training import build, engine, stop
+from lrtransfer.training.ensemble import Ensemble
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from tests.conftest import typed
 from tests.datafiles import write_cifar
 
@@ -146,7 +147,7 @@ def test_a_checkpoint_resumes_on_the_other_device(tmp_path, monkeypatch, write_o
 @pytest.mark.parametrize("family", PUBLISHED)
 def test_a_published_model_trains_on_cuda_as_on_the_cpu(family):
     """Attention in a user's module runs under vmap; on the GPU its fused kernels' batching rules
-    failed (GPT-2 and nanoGPT alike), so it runs the plain kernel there (`wrapped.plain_attention`):
+    failed (GPT-2 and nanoGPT alike), so it runs the plain kernel there (`batching.plain_attention`):
     the runs train, float32 as on the CPU to 1e-3 over 20 steps."""
     if family == "gpt2":
         pytest.importorskip("transformers")
@@ -195,11 +196,11 @@ def test_a_narrow_step_is_captured_and_replays_as_the_eager_step(model, dtype, c
     else:
         over = config(model, "mup", "cuda", cifar_root, f"train.dtype={dtype}", "train.steps=12")
     runs = [Run(log2_lr=e, seed=0) for e in (-9, -7)]
-    ens = engine.Ensemble(build.job(over), runs)
+    ens = Ensemble(build.job(over), runs)
     while not ens.finished:
         ens.step()
     assert ens.graphed is not None and ens.graphed.failed is None and ens.graphed.graph is not None
-    eager = engine.Ensemble(build.job(over), runs)
+    eager = Ensemble(build.job(over), runs)
     eager.graphed, eager.fused = None, False  # the same direction path, eagerly
     while not eager.finished:
         eager.step()
@@ -225,7 +226,7 @@ def test_a_custom_model_that_skips_or_draws_trains_alike_graphed_or_not(tmp_path
     runs = [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1)]
     trained = {}
     for graphs in ("auto", "never"):
-        ens = trained[graphs] = engine.Ensemble(build.job(typed(*over, f"engine.graphs={graphs}")), runs)
+        ens = trained[graphs] = Ensemble(build.job(typed(*over, f"engine.graphs={graphs}")), runs)
         while not ens.finished:
             ens.step()
     if name != "ByBatch":  # a skip or a draw at the first step: never replayed from then on

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.ensemble import Ensemble
+from lrtransfer.training.runs import Run
 from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 from lrtransfer.store import job_id
 from tests.conftest import TINY, compose, lrtransfer_cmd, typed
@@ -179,7 +180,7 @@ def test_buffers_are_stacked_per_run(models):
     roles = [(a.kind, a.role, a.tag) for a in net.atoms()]
     assert roles == [("linear", INPUT, None), ("gain", HIDDEN, None), ("linear", HIDDEN, None),
                      ("linear", OUTPUT, "readout"), ("linear", FIXED, None)]
-    ens = engine.Ensemble(build.job(typed(*SMALL, *over)), RUNS[:2] + RUNS[3:5])
+    ens = Ensemble(build.job(typed(*SMALL, *over)), RUNS[:2] + RUNS[3:5])
     ens.step()
     mean = dict(net.stacked.named_buffers())  # names only
     assert "1/running_mean" in mean
@@ -327,20 +328,20 @@ def test_buffers_are_saved_in_checkpoints(models):
     ensemble resumed from one ends with the statistics of an uninterrupted one, bit for bit."""
     built = build.job(typed(*SMALL, "model=custom", f"model.target={models}:batchnorm", "n_seeds=2"))
     runs = RUNS[:2] + RUNS[3:5]
-    whole, half = engine.Ensemble(built, runs), engine.Ensemble(built, runs)
+    whole, half = Ensemble(built, runs), Ensemble(built, runs)
     for _ in range(6):
         whole.step()
     for _ in range(3):
         half.step()
     state = half.state_dict()
     assert "stacked.1/running_mean" in state["buffers"] and "weight_mult" not in str(list(state["buffers"]))
-    resumed = engine.Ensemble(built, runs)
+    resumed = Ensemble(built, runs)
     resumed.load_state_dict(state)
     for _ in range(3):
         resumed.step()
     ours, theirs = dict(resumed.model.named_buffers()), dict(whole.model.named_buffers())
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[n], theirs[n]) for n in ours)
-    assert not torch.equal(theirs["stacked.1/running_mean"], engine.Ensemble(built, runs).model.stacked.get_buffer("1/running_mean"))
+    assert not torch.equal(theirs["stacked.1/running_mean"], Ensemble(built, runs).model.stacked.get_buffer("1/running_mean"))
 
 
 def test_a_package_in_the_folder_the_sweep_runs_from_is_found(tmp_path):
@@ -380,7 +381,7 @@ def test_a_target_file_imports_the_module_beside_it_and_trains(tmp_path):
         records = [json.loads(p.read_text()) for p in (tmp_path / "r" / f"s{i}").glob("*/record.json")]
         assert len(records) == 1 and records[0]["status"] == "complete"
         assert all(run["final_loss"] is not None for run in records[0]["runs"])
-    from lrtransfer.options.model.target import load
+    from lrtransfer.options.model.loading import load
 
     before = sys.path.copy()
     assert callable(load(f"{models / 'mod2.py'}:build"))  # in this process too

@@ -13,7 +13,8 @@ import torch
 from lrtransfer.errors import ConfigError
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
 from lrtransfer.training import build, engine, memory, stop
-from lrtransfer.training.engine import Run, data_seed
+from lrtransfer.training.ensemble import Ensemble
+from lrtransfer.training.runs import Run, data_seed
 from tests.conftest import typed
 from tests.test_custom import RUNS, SMALL, same, train
 
@@ -106,7 +107,7 @@ def hostile(tmp_path):
 
 
 def ensemble(*over, runs=RUNS[:2] + RUNS[3:5]):
-    return engine.Ensemble(build.job(typed(*SMALL, *over)), runs)
+    return Ensemble(build.job(typed(*SMALL, *over)), runs)
 
 
 def user_tensor(ens, name):
@@ -329,7 +330,7 @@ def test_a_job_whose_runs_skip_or_draw_resumes_exactly(hostile, tmp_path, monkey
 
     state["ensemble"][saved] = state["ensemble"][saved][:, :5] if saved == "streams" else state["ensemble"][saved] + 1000
     with pytest.raises(engine.DamagedState, match=saved):
-        engine.Ensemble(build.job(cfg), runs).load_state_dict(state["ensemble"])
+        Ensemble(build.job(cfg), runs).load_state_dict(state["ensemble"])
 
 
 # ---------------------------------------------------------------- random draws in the forward

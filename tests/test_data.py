@@ -338,7 +338,7 @@ def bigram(monkeypatch):
 
 def test_a_token_model_trains_batched_as_one_run_at_a_time(tmp_path, bigram):
     from lrtransfer.training import engine
-    from lrtransfer.training.engine import Run
+    from lrtransfer.training.runs import Run
 
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
@@ -357,7 +357,7 @@ def test_a_token_model_trains_batched_as_one_run_at_a_time(tmp_path, bigram):
 
 def test_the_default_text_study_runs_offline(bigram):
     from lrtransfer.training import engine
-    from lrtransfer.training.engine import Run
+    from lrtransfer.training.runs import Run
 
     cfg = bigram_config(None, "data.seq_len=32", "data.eval_size=8", "train.steps=60", "train.batch_size=16")
     (res,) = engine.train(build.job(cfg), [Run(log2_lr=-3, seed=0)])
@@ -367,7 +367,7 @@ def test_the_default_text_study_runs_offline(bigram):
 # ---------------------------------------------------------------- images through the engine and the CLI
 def test_image_runs_batched_equal_one_at_a_time_with_augmentation(tmp_path):
     from lrtransfer.training import engine
-    from lrtransfer.training.engine import Run
+    from lrtransfer.training.runs import Run
 
     write_cifar(tmp_path)
     over = ["data=cifar10", f"data.root={tmp_path}", "data.augment=true", "data.eval_size=32", "width=16",

@@ -10,7 +10,8 @@ import torch
 
 from lrtransfer.training import build
 from lrtransfer.training import engine, memory
-from lrtransfer.training.engine import Run
+from lrtransfer.training.ensemble import Ensemble, apply_updates
+from lrtransfer.training.runs import Run
 from lrtransfer.training.build import model as build_model
 from lrtransfer.training.build import optimizer as build_optimizer
 from lrtransfer.training.schedule import lr_factor
@@ -150,7 +151,7 @@ def test_decoupled_weight_decay(scaling):
     before = [s.tensor.clone() for s in slots]
     lr = torch.tensor([0.5, 0.0], dtype=torch.float64)  # run 1 is frozen
     decays = param.decays(slots, lr, 0.5, cfg.optim)
-    engine.apply_updates(slots, [torch.zeros_like(s.tensor) for s in slots], decays)
+    apply_updates(slots, [torch.zeros_like(s.tensor) for s in slots], decays)
     expected = 1 - (0.1 * 0.5 if scaling == "independent" else 0.5 * 0.1 * 0.5)
     for s, w0 in zip(slots, before):
         torch.testing.assert_close(s.tensor[0], w0[0] * expected)
@@ -178,7 +179,7 @@ def test_which_steps_replay_as_a_cuda_graph():
     assert not use_graphs("always", cuda, 1, capturable=False)
     assert not use_graphs("always", cpu, 1, capturable=True)
     for setting in ("auto", "always"):  # a CPU ensemble keeps its eager step
-        assert engine.Ensemble(build.job(typed(*SMALL, f"engine.graphs={setting}")), [Run(-8, 0)]).graphed is None
+        assert Ensemble(build.job(typed(*SMALL, f"engine.graphs={setting}")), [Run(-8, 0)]).graphed is None
 
 
 def test_the_default_memory_budget_is_4_gib_on_a_cpu():
@@ -318,7 +319,7 @@ def test_one_pass_per_run_equals_the_direction_path_bit_for_bit(monkeypatch, cas
     lrs = (-7, -5, -3) if sgd else (-11, -9, -7)
     runs = [Run(log2_lr=e, seed=0, grid=(("optim.weight_decay", wd),)) for e in lrs for wd in (0.0, 0.01)]
     cfg = typed(*over)
-    ens = engine.Ensemble(build.job(cfg), runs[:1])
+    ens = Ensemble(build.job(cfg), runs[:1])
     assert ens.fused and any(ens.opt._split)
     one_pass, directions = trained_both_ways(monkeypatch, over, runs)
     assert [vars(r) for r in one_pass] == [vars(r) for r in directions]
@@ -346,4 +347,4 @@ def test_only_rate_times_direction_updates_take_the_one_pass(param, optim, fused
     """The modular norm and spectral map directions to updates of their own (`updates`); Muon
     orthogonalises: each keeps its own pass."""
     cfg = typed("width=24", "depth=3", f"param={param}", f"optim={optim}", "engine.device=cpu")
-    assert engine.Ensemble(build.job(cfg), [Run(log2_lr=-7, seed=0)]).fused == fused
+    assert Ensemble(build.job(cfg), [Run(log2_lr=-7, seed=0)]).fused == fused

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lrtransfer.training import build, engine, stop
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
 from tests.conftest import TINY, lrtransfer_cmd, typed
 

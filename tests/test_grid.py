@@ -14,7 +14,7 @@ import pytest
 
 from lrtransfer.training import build, engine
 from lrtransfer.config import inner_grid, semantic
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from lrtransfer.sweeps.job import run_record, runs_of
 from lrtransfer.store import job_id
 from tests.conftest import TINY, compose, typed

@@ -15,7 +15,7 @@ from lrtransfer.training import build, engine
 from lrtransfer.options.data import ensure_files
 from lrtransfer.options.data import mnist1d as m1d
 from lrtransfer.options.data.formats import DataError
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from lrtransfer.nn import Conv, Linear
 from lrtransfer.options.param.modular import PerTap, Spectral
 from lrtransfer.store import job_id

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.ensemble import apply_updates
+from lrtransfer.training.runs import Run
 from lrtransfer.nn.linalg import NS_BAND, QUINTIC, newton_schulz
 from lrtransfer.nn import HIDDEN, INPUT, OUTPUT, Conv, Linear
 from lrtransfer.options.param.base import Slot
@@ -148,7 +149,7 @@ def one_step(model, param, slots, opt, x, y, lr: float) -> list[torch.Tensor]:
     grads = torch.autograd.grad(loss, [s.tensor for s in slots])
     with torch.no_grad():
         ups = param.updates(slots, opt.directions(grads), torch.tensor([lr], dtype=torch.float64))
-        engine.apply_updates(slots, ups, None)
+        apply_updates(slots, ups, None)
     return ups
 
 

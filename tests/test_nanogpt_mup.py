@@ -25,7 +25,7 @@ import torch
 
 from lrtransfer.diagnostics.inspect import tensors
 from lrtransfer.training import build
-from lrtransfer.training.engine import apply_updates
+from lrtransfer.training.ensemble import apply_updates
 from tests.conftest import typed
 from tests.test_published import NANOGPT, Recorder
 

@@ -19,7 +19,8 @@ from torch.nn import functional as F
 
 from lrtransfer.config import identity
 from lrtransfer.training import build, engine, precision
-from lrtransfer.training.engine import Run
+from lrtransfer.training.ensemble import Ensemble
+from lrtransfer.training.runs import Run
 from tests.conftest import compose, typed
 from tests.datafiles import write_cifar
 from tests.test_cuda import MODELS as CUDA_MODELS
@@ -62,7 +63,7 @@ def test_matrix_products_run_on_bf16_copies_of_float32_masters(param):
     """The forward's Linear weights are bfloat16, each the rounded master of its run after every
     step; the masters, biases and optimizer state stay float32, and the masters move."""
     cfg = typed("width=192", "depth=3", "train.batch_size=8", "engine.device=cpu", "train.dtype=bf16", f"param={param}")
-    ens = engine.Ensemble(build.job(cfg), [Run(log2_lr=e, seed=0) for e in (-9, -7)])
+    ens = Ensemble(build.job(cfg), [Run(log2_lr=e, seed=0) for e in (-9, -7)])
     before = [t.clone() for t in ens.tensors]
     for _ in range(3):
         ens.step()
@@ -90,7 +91,7 @@ def test_a_linear_adds_its_bias_in_bf16_so_its_nonlinearity_runs_in_bf16(monkeyp
     real = Activation.forward
     monkeypatch.setattr(Activation, "forward", lambda self, x: seen.append(x.dtype) or real(self, x))
     cfg = typed("width=64", "depth=3", "train.batch_size=8", "engine.device=cpu", "train.dtype=bf16")
-    ens = engine.Ensemble(build.job(cfg), [Run(log2_lr=-8, seed=0)])
+    ens = Ensemble(build.job(cfg), [Run(log2_lr=-8, seed=0)])
     ens.step()
     assert seen and set(seen) == {torch.bfloat16}
     biases = [s for s in ens.slots if s.name == "bias"]
@@ -107,7 +108,7 @@ def test_attention_runs_in_float32_in_a_bf16_step_on_a_cpu(monkeypatch):
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     cfg = typed(*MODELS["transformer"], *SMALL, "train.dtype=bf16")
-    ens = engine.Ensemble(build.job(cfg), [Run(log2_lr=-8, seed=0)])
+    ens = Ensemble(build.job(cfg), [Run(log2_lr=-8, seed=0)])
     ens.step()
     assert seen and all(s == (torch.float32, False) for s in seen)
     linear = next(a for a in ens.model.atoms() if a.kind == "linear")

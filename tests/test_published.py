@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from lrtransfer.options.schema import ConfigError
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from tests.conftest import lrtransfer_cmd, typed
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: configs are built here

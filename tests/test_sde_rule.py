@@ -15,7 +15,8 @@ from lrtransfer.diagnostics import inspect as inspection
 from lrtransfer.options.schema import scaled_beta
 from lrtransfer.store import job_id
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.ensemble import Ensemble
+from lrtransfer.training.runs import Run
 from tests.conftest import TINY, compose, typed
 
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu"]
@@ -229,7 +230,7 @@ def test_the_optimizer_gets_each_tensors_betas():
     """The slots' beta multipliers reach Adam's pass: each tensor's own betas, float where shared."""
     cfg = typed(*SMALL, "param.sde_rule=sde", "train.steps=150")
     built = build.job(cfg)
-    ens = engine.Ensemble(built, [Run(log2_lr=-8, seed=0)])
+    ens = Ensemble(built, [Run(log2_lr=-8, seed=0)])
     assert ens.opt.beta1 == [pytest.approx(0.8)] * len(ens.slots)
     assert ens.opt.beta2 == [pytest.approx(0.998)] * len(ens.slots)
     assert all(isinstance(b, float) for b in ens.opt.beta1)

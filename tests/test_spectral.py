@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.ensemble import apply_updates
+from lrtransfer.training.runs import Run
 from lrtransfer.nn.linalg import as_matrices
 from lrtransfer.nn import HIDDEN, Atom
 from lrtransfer.options.param.base import Slot
@@ -87,7 +88,7 @@ def test_every_update_has_spectral_norm_lr_sqrt_fan_out_over_fan_in(model, width
                 torch.testing.assert_close(spectral_norms(s, u), want, rtol=1e-9, atol=1e-300)
             else:
                 torch.testing.assert_close(rms(u), lr, rtol=1e-9, atol=1e-300)
-        engine.apply_updates(slots, ups, None)
+        apply_updates(slots, ups, None)
 
 
 def test_the_power_estimate_holds_the_norm_to_its_tolerance_while_training():

@@ -14,7 +14,8 @@ import json
 import pytest
 import torch
 
-from lrtransfer.training import build, engine
+from lrtransfer.training import build
+from lrtransfer.training.ensemble import Ensemble
 from tests.conftest import typed
 from tests.datafiles import write_cifar
 from tests.test_published import TWO_BY_TWO, batched_equals_alone
@@ -71,7 +72,7 @@ def test_roles_in_inspect(over, cli):
 def test_batched_equals_one_at_a_time_with_batchnorm_per_run(over):
     cfg = [*over, "width=8", "param=mup", "param.base_width=4"]
     batched_equals_alone(*cfg)
-    ens = engine.Ensemble(build.job(typed(*cfg)), TWO_BY_TWO)
+    ens = Ensemble(build.job(typed(*cfg)), TWO_BY_TWO)
     ens.step()
     stats = ens.model.stacked.get_buffer("bn1/running_mean")  # (K, channels)
     assert stats.shape == (4, 8) and not torch.equal(stats[0], stats[2])  # seeds 0 and 1 saw other batches

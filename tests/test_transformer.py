@@ -12,7 +12,7 @@ import torch
 from lrtransfer.training import build
 from lrtransfer.training import engine
 from lrtransfer.config import ConfigError
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from lrtransfer.training.build import model as build_model
 from lrtransfer.nn import Activation, Embedding, Gain, Linear
 from lrtransfer.options.model.transformer import CausalSelfAttention

@@ -14,7 +14,7 @@ import torch
 from lrtransfer.nn import Activation, Residual
 from lrtransfer.options.param import umup
 from lrtransfer.training import build, engine
-from lrtransfer.training.engine import Run
+from lrtransfer.training.runs import Run
 from tests.conftest import typed
 from tests.test_umup import REF, built
 

@@ -1,9 +1,11 @@
 """The command line: `lrtransfer sweep | summary | plot | report | predict | export | list |
 coord-check | inspect | import`.
 
-`app.py` defines the commands (`importing.py` the import's, which `app.py` registers),
-`show.py` what they print, `catalog.py` and `completion.py` what can be typed after
-`lrtransfer sweep` (for `-h` and the shell).
+`app.py` is the app and registers the commands, each defined by the module of its kind:
+`sweeping.py` (sweep), `reading.py` (summary, plot, report, predict, export, list),
+`checking.py` (coord-check, inspect), `importing.py` (import); `outputs.py` checks where
+they write (`--out`), `show.py` what they print, `catalog.py` and `completion.py` what can
+be typed after `lrtransfer sweep` (for `-h` and the shell).
 Only typer loads at start-up: torch, Hydra, pandas and matplotlib load inside the
 command that needs them, so `lrtransfer --help` answers at once.
 

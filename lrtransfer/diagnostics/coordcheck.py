@@ -83,7 +83,8 @@ def measure(cfgs, *, steps: int = 3, log2_lr: float | None = None, seeds: int = 
     and parameterization centres on its typical learning rates.
     """
     from lrtransfer.training import build
-    from lrtransfer.training.engine import Ensemble, Run
+    from lrtransfer.training.ensemble import Ensemble
+    from lrtransfer.training.runs import Run
 
     if not (1 <= steps <= MAX_STEPS and 1 <= seeds <= MAX_SEEDS):
         raise UserError(f"coord-check needs 1 <= steps <= {MAX_STEPS:,} and 1 <= seeds <= {MAX_SEEDS} (a few steps "

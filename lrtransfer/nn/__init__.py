@@ -6,8 +6,10 @@ they hang in (`Module`), each atom with its role (input, hidden, output); `compo
 the nodes without weights (nonlinearities, pooling, composition, residuals, layer norm);
 `linalg.py`: norms, Newton-Schulz and a weight's matrix view, shared by the modular norm,
 the spectral parameterization and Muon; `roles.py` and `wrapped.py`: a user's own
-`nn.Module` seen as atoms (`model=custom`), `causal.py` whether it reads ahead, `taps.py`
-its modules' outputs for the coordinate check.
+`nn.Module` seen as atoms (`model=custom`), its layers held by `user_atoms.py`, its runs
+under vmap by `batching.py`, each run's random draws by `streams.py`, what its forward is held
+to by `checks.py`, what inspect says of it by `notes.py`; `causal.py` whether it reads ahead,
+`taps.py` its modules' outputs for the coordinate check.
 
 What this folder may import: torch, nothing of lrtransfer but `errors`. Everything
 above (the options, the engine) builds on it.

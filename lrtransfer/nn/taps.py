@@ -20,6 +20,8 @@ table gives a group's range over its blocks, the figure a colour.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -86,3 +88,39 @@ class Taps:
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+
+
+class Tapping:
+    """`wrapped.Custom` with the taps on: its forward returns what they read beside the logits."""
+
+    def start_taps(self) -> dict[str, str]:
+        """From the next forward on, each run's mean |output| of the modules `taps.coord_modules` picks,
+        in `tapped` ({path: (K,)}, in the order the forward first reaches them); returns {path: its group}."""
+        groups = coord_modules(self.net, [a for names in self.aliases.values() for a in names])
+        self.taps, self.tapped = Taps({p: self.net.get_submodule(p) for p in groups}), {}
+        return groups
+
+    def stop_taps(self) -> None:
+        if self.taps is not None:
+            self.taps.remove()
+        self.taps = None
+
+    def _call_of(self, x: Tensor) -> Callable:
+        """What a run's (or, under vmap, every run's) forward calls: `_call`, or while the taps record,
+        `_read_taps` (the logits and what the taps read, which vmap returns with one value per run)."""
+        return self._call if self.taps is None or x.device.type == "meta" else self._read_taps
+
+    def _read_taps(self, params: dict, buffers: dict, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        self.taps.current = {}
+        try:
+            return self._call(params, buffers, x), self.taps.current
+        finally:
+            self.taps.current = None
+
+    def _keep_taps(self, y: Tensor, read: dict[str, Tensor], runs: list[int] | None) -> Tensor:
+        """What the taps read for `runs` (None: all; each value (len(runs),), or 0-dim for one run), kept
+        in `tapped`; returns the logits."""
+        for path, v in read.items():
+            held = self.tapped.setdefault(path, torch.full((self.runs,), float("nan"), dtype=v.dtype, device=v.device))
+            held[slice(None) if runs is None else torch.tensor(runs, device=v.device)] = v
+        return y

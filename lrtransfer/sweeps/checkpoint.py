@@ -103,13 +103,14 @@ def steps_done(path: Path, runs: list, steps: int, only: dict | None = None) -> 
     import torch
 
     from lrtransfer.training import engine
+    from lrtransfer.training.runs import run_key
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         if set_aside(state, only):  # as `FileCheckpoint.load` would
             return None
         saved = [tuple(key) for chunk in state["chunks"] for key in chunk]
-        if saved != [engine.run_key(r) for r in runs]:
+        if saved != [run_key(r) for r in runs]:
             return None
         return engine.steps_done(state, steps)
     except Exception:  # truncated, foreign, another layout: the job starts afresh

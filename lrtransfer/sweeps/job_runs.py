@@ -9,7 +9,7 @@ from lrtransfer.config import inner_grid
 def runs_of(cfg) -> list:
     """The job's runs: every LR of the grid for each of its seeds, and with a second inner
     axis (`grid.<key>=[...]`) at each of its values: K = LRs x values x seeds."""
-    from lrtransfer.training.engine import Run
+    from lrtransfer.training.runs import Run
 
     seeds = range(cfg.seed, cfg.seed + cfg.n_seeds)
     found = inner_grid(cfg)

@@ -266,7 +266,8 @@ def timed_rate(typed, tasks: dict) -> Rate:
     import torch
 
     from lrtransfer.sweeps.job import runs_of, thread_count
-    from lrtransfer.training import build, engine
+    from lrtransfer.training import build
+    from lrtransfer.training.ensemble import Ensemble
     from lrtransfer.training.memory import chunk_size
 
     def now() -> float:
@@ -282,7 +283,7 @@ def timed_rate(typed, tasks: dict) -> Rate:
             tasks[repr(typed.data), dtype] = build.task(typed, device, dtype, writing=False)
         built = build.job(typed, device, data=tasks[repr(typed.data), dtype])
         runs = runs_of(typed)
-        ensemble = engine.Ensemble(built, runs[: chunk_size(built, len(runs))])
+        ensemble = Ensemble(built, runs[: chunk_size(built, len(runs))])
         started = now()
         ensemble.step()
         first = now() - started  # all there is of a one-step job

@@ -122,7 +122,7 @@ class Built:
     device: torch.device
     dtype: torch.dtype
     # Each factory takes the ensemble's per-run values ({"optim.weight_decay": (K,) tensor},
-    # `engine.per_run_values`; none by default), which replace those keys' scalars.
+    # `runs.per_run_values`; none by default), which replace those keys' scalars.
     new_param: Callable[..., Parameterization]  # (values) -> a parameterization
     new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
     new_optimizer: Callable[..., Any]  # (slots, values) -> an optimizer for the parameterization's slots

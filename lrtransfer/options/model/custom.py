@@ -37,11 +37,13 @@ from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
 from lrtransfer.nn.roles import (BRANCH_OUTPUTS, assign_roles, find_branch_outputs, find_queries, find_readout,
                                  layers_of)
-from lrtransfer.nn.wrapped import Custom, cuda_devices, rng_state
+from lrtransfer.nn.streams import cuda_devices, rng_state
+from lrtransfer.nn.wrapped import Custom
+from lrtransfer.options.model.loading import load
 from lrtransfer.options.model.own_init import OwnInit, seeded
+from lrtransfer.options.model.sizes import check_vocabulary, context_failure, int_fields
 from lrtransfer.options.model.sources import source_hash
-from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
-                                             int_fields, load)
+from lrtransfer.options.model.target import ARGUMENTS, check_keys, construct
 from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added, fingerprint
 
 

@@ -25,7 +25,7 @@ from contextlib import suppress
 from functools import cache
 from pathlib import Path
 
-from lrtransfer.options.model.target import _is_file, search_here, split
+from lrtransfer.options.model.loading import _is_file, search_here, split
 
 MAX_FILES = 2000  # a closure larger than this is a whole installed library, not a model's own files
 

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import io
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from lrtransfer.errors import ConfigError, log, one_line
+from lrtransfer.options.model.loading import load
 
 ARGUMENTS = ("width", "depth", "input_shape", "output_dim")  # what a factory may ask for by name
 # The names published configs give the vocabulary and the context length (nanoGPT, GPT-2, Llama, ...),
@@ -36,82 +32,6 @@ VOCAB_KEYS = ("vocab_size",)
 CONTEXT_KEYS = ("block_size", "n_positions", "max_position_embeddings", "n_ctx")
 HEAD_KEYS = ("n_head", "num_attention_heads", "num_heads", "n_heads")
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")  # ids a transformers config checks against its vocabulary
-
-
-# ---------------------------------------------------------------- importing
-def split(target: str) -> tuple[str, str]:
-    where, _, name = target.rpartition(":")
-    return where, name
-
-
-def _is_file(where: str) -> bool:
-    return where.endswith(".py") or "/" in where
-
-
-def load(target: str, key: str = "model.target") -> Callable:
-    """The callable `target` names (`path/file.py:NAME` or `package.module:NAME`), or a one-line
-    ConfigError saying why not; `key` is the config key it came from."""
-    where, name = split(target)
-    try:
-        if _is_file(where):
-            path = Path(where)
-            if not path.is_file():
-                raise ConfigError(f"{key}={target}: no file {where} (relative to {Path.cwd()})")
-            module_key = f"lrtransfer_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}_{path.stem}"
-            module = sys.modules.get(module_key)
-            if module is None:  # once per process: a config class must stay the class the target checks against
-                spec = importlib.util.spec_from_file_location(module_key, path)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[module_key] = module  # dataclasses and pickling look the module up by name
-                try:
-                    with _beside(path):
-                        spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[module_key]
-                    raise
-        else:
-            module = _import_from_here(where)
-    except ConfigError:
-        raise
-    except BaseException as e:  # a SyntaxError, an ImportError, anything the file raises, even SystemExit
-        raise ConfigError(f"{key}={target} does not import: {one_line(e)}") from None
-    if not hasattr(module, name):
-        known = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise ConfigError(f"{key}={target}: {where} defines no {name!r}; callables there: "
-                          f"{', '.join(known[:12]) or 'none'}")
-    fn = getattr(module, name)
-    if not callable(fn):
-        raise ConfigError(f"{key}={target}: {name} is a {type(fn).__name__}, not a class or function")
-    return fn
-
-
-@contextlib.contextmanager
-def _beside(path: Path) -> Iterator[None]:
-    """The file's folder first on the module path while it is imported, as Python puts a script's
-    folder there (`python nets.py`), so that it imports a module beside it (`import helper`); taken
-    off again after, leaving whatever the file itself added. (Its id follows those files:
-    `sources.imported_files` looks beside the importing file first.)"""
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
-
-
-def _import_from_here(name: str):
-    search_here()
-    return importlib.import_module(name)
-
-
-def search_here() -> None:
-    """Find a `package.module` target as `python -m` does: installed, or in the folder the sweep
-    runs from (searched last, so that it shadows nothing installed). The `lrtransfer` command,
-    unlike `python`, does not put that folder on the path itself."""
-    here = str(Path.cwd())
-    if here not in sys.path and "" not in sys.path:
-        sys.path.append(here)
 
 
 # ---------------------------------------------------------------- the width's names
@@ -351,76 +271,3 @@ def construct(fn: Callable, options, **given) -> nn.Module:
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model.target={options.target} returned a {type(module).__name__}, not a torch nn.Module")
     return module
-
-
-# ---------------------------------------------------------------- sizes the data needs, in one line
-def int_fields(net: nn.Module, fn: Callable, options) -> dict[str, int]:
-    """The model's whole-number settings by name, to name the one a message means: its config
-    object's fields (`net.config`, where nanoGPT and transformers keep it), else the target's
-    keyword defaults; less the width's and depth's, which lrtransfer sets."""
-    config = getattr(net, "config", None)
-    if config is not None and hasattr(config, "__dict__"):
-        items = list(vars(config).items())
-    else:
-        try:
-            items = [(n, p.default) for n, p in inspect.signature(fn).parameters.items()]
-        except (TypeError, ValueError):
-            items = []
-    ours = {*scaled_keys(options.width_key, 1), options.depth_key}
-    return {k: v for k, v in items if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_")
-            and k not in ours}
-
-
-def _fields_of(fields: dict[str, int], sizes) -> str:
-    found = [f"{k}={v}" for k, v in fields.items() if v in sizes]
-    return f"its config's {', '.join(found)}" if found else "no field of its config has that value"
-
-
-def check_vocabulary(target: str, layers: list, output_dim: int, fields: dict[str, int]) -> None:
-    """A token model (it has an embedding table) whose logits are fewer than the data's tokens
-    cannot run: one line naming both sizes and `model.vocab_key`, not "no readout found"."""
-    from lrtransfer.nn import OUTPUT
-
-    tables = [layer for layer in layers if layer.kind == "embedding"]
-    made = [(layer.fan_out, layer.names["weight"]) for layer in layers if layer.role == OUTPUT and "weight" in layer.names]
-    made += [(layer.fan_in, layer.tied) for layer in tables if layer.tied]
-    if not tables or not made or max(made)[0] >= output_dim:
-        return
-    n, name = max(made)
-    raise ConfigError(f"model.target={target} makes {n} logits ({name}), fewer than the data's {output_dim} tokens: "
-                      f"name the field that sets its vocabulary with model.vocab_key ({_fields_of(fields, {n})}), "
-                      f"and lrtransfer sets it to {output_dim}")
-
-
-# What names a context length: a field (block_size, n_ctx, max_position_embeddings, a `ctx` or `seq_len`
-# of a model's own) or a position table (wpe, position_embeddings, pos_emb). Other sizes below the data's
-# length (BERT's type_vocab_size, a head count) are not a context, whatever their value.
-CONTEXT_WORDS = ("ctx", "context", "position", "block_size", "seq_len", "seq_length", "max_len")
-POSITION_WORDS = ("pos", "wpe")
-
-
-def names_context(name: str, words=CONTEXT_WORDS) -> bool:
-    return name in CONTEXT_KEYS or any(w in name.lower() for w in words)
-
-
-def context_failure(target: str, layers: list, output_dim: int, fields: dict[str, int]) -> Callable:
-    """(error, context length) -> one line when a token model failed on the data's context because
-    its own is shorter (a field that names a context, or a position table, below the data's length),
-    else None: the error is then said as it is."""
-    tables = {layer.fan_in: layer.path for layer in layers if layer.kind == "embedding"
-              and names_context(layer.path.rpartition(".")[2], CONTEXT_WORDS + POSITION_WORDS)}
-
-    def explain(e: Exception, length: int) -> str | None:
-        short = {k: v for k, v in fields.items() if v < length and names_context(k)}
-        rows = sorted(r for r in tables if r < length)
-        if not short and not rows:
-            return None
-        sizes = sorted(set(short.values()) | set(rows))
-        named = {k: v for k, v in fields.items() if names_context(k)}
-        where = [_fields_of(named, sizes)] + [f"{tables[r]} has {r} rows" for r in rows]
-        return (f"model.target={target} fails on the data's context of {length} tokens (data.seq_len; {one_line(e)}): "
-                f"its own is {' or '.join(map(str, sizes))} ({'; '.join(where)}): name the field that sets its context "
-                f"with model.context_key, and lrtransfer sets it to {length}, or lower data.seq_len")
-
-    return explain
-

@@ -70,7 +70,7 @@ def like(g: Tensor, master: Tensor) -> Tensor:
 def whole(tensors, directions, rates, decays, copies) -> None:
     """w <- (1 - decay) w - rate d for every run at once, (K,) rates and decays (host tensors,
     decays None: no decay) along the run axis: the direction path's arithmetic
-    (`engine.apply_updates`); then each copy (or None) written from its tensor. The
+    (`ensemble.apply_updates`); then each copy (or None) written from its tensor. The
     directions are scratch: scaled in place."""
     for i, (w, d, c) in enumerate(zip(tensors, directions, copies)):
         # on a GPU, (K,) host numbers copied without waiting for the device (a blocking copy
