@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer import options
 from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
-from lrtransfer.options import GROUPS
+from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.contents import fingerprint
 
 # Keys of `lr` that decide which jobs an adaptive sweep plans, not what a job trains.
@@ -68,6 +68,11 @@ def semantic(cfg: DictConfig | dict) -> dict:
     grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid
+    tuned = hp.set_values(out.pop("hp", None) or {})
+    if tuned:  # hp.* unset (the default): the same identity as before the keys existed
+        out["hp"] = tuned
+    if out.get("points") is None:
+        out.pop("points", None)
     for group in GROUPS:
         node = out.get(group)
         schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None
@@ -87,3 +92,18 @@ def semantic(cfg: DictConfig | dict) -> dict:
             out["param"] = {**param, "revision": revision}
     return out
 
+
+
+def recorded(config: dict) -> dict:
+    """A resolved config as a record keeps it: the keys added for per-module hyperparameters (`hp`,
+    `grid.hp`, `points`) only where set, so that a job without them writes the record it wrote
+    before they existed."""
+    out = dict(config)
+    if not hp.set_values(out.get("hp") or {}):
+        out.pop("hp", None)
+    grid = out.get("grid")
+    if isinstance(grid, dict) and "hp" in grid and not any(v is not None for v in flatten(grid["hp"]).values()):
+        out["grid"] = {k: v for k, v in grid.items() if k != "hp"}
+    if out.get("points", 0) is None:
+        out.pop("points")
+    return out

@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from lrtransfer import options
-from lrtransfer.options import GROUPS
+from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import ConfigError, Grid
 
 # The config's sections that say how a job runs (`engine`), where its results also go
@@ -154,6 +154,17 @@ class Adaptive:
     metric: Metric = Metric.train_loss  # what the verdict is about
 
 
+@dataclass
+class Points:
+    """A job's runs as rows (`Config.points`): row i trains at log2 LR `log2_lr[i]` with
+    `values[i][j]` for `keys[j]`; `kind` says what made them (search, baseline, scan), for the readers."""
+
+    keys: List[str] = field(default_factory=list)
+    log2_lr: List[float] = field(default_factory=list)
+    values: List[List[float]] = field(default_factory=list)
+    kind: str = "search"
+
+
 # ---------------------------------------------------------------- the whole
 @dataclass
 class Config:
@@ -172,6 +183,13 @@ class Config:
     # every LR of the grid at each value, in the same job (see `inner_grid`). Typed by
     # `grid_schema` when registered: one list per key an option declares PER_RUN.
     grid: Any = field(default_factory=dict)
+    # Per-module hyperparameters, `hp.<role>.<name>` (`options/hp.py`): each role's LR, init, Adam
+    # betas and epsilon, and weight decay multipliers, null (unset) by default. Typed by `hp.schema`.
+    hp: Any = field(default_factory=dict)
+    # The runs of the job, one by one, where a grid cannot say them (a search's round, a scan around a
+    # tuned vector): each row a log2 LR and its values of `keys` (per-run keys), trained at every
+    # seed; null: the LR grid (and `grid`) says the runs.
+    points: Optional[Points] = None
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
     tracker: Any = MISSING  # where results also go (lrtransfer/options/tracker/): no part of a job's identity
@@ -190,7 +208,18 @@ def grid_schema() -> type:
         if keys:
             node = _importable(make_dataclass(f"{group.title()}Grid", [(k, Optional[List[float]], None) for k in keys]))
             nodes.append((group, node, field(default_factory=node)))
+    grid_hp = hp_schema(of_lists=True)  # grid.hp.<role>.<name>: every per-module hyperparameter may vary per run
+    nodes.append(("hp", grid_hp, field(default_factory=grid_hp)))
     return _importable(make_dataclass("InnerGrid", nodes))
+
+
+@cache
+def hp_schema(of_lists: bool = False) -> type:
+    """The `hp` node's dataclass (`options/hp.schema`), its classes importable by name from here."""
+    root = hp.schema(of_lists)
+    for cls in (root, *(f.type for f in fields(root))):
+        _importable(cls)
+    return root
 
 
 def _importable(cls: type) -> type:
@@ -210,6 +239,11 @@ def __getattr__(name: str):
         found = {root.__name__: root, **{f.type.__name__: f.type for f in fields(root) if isinstance(f.type, type)}}
         if name in found:
             return found[name]
+    if name.startswith("Hp"):
+        hp_schema(), hp_schema(of_lists=True)
+        found = hp.classes()
+        if name in found:
+            return found[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -220,6 +254,7 @@ def register() -> None:
     cs = ConfigStore.instance()
     root = OmegaConf.structured(Config)
     root.grid = OmegaConf.structured(grid_schema())
+    root.hp = OmegaConf.structured(hp_schema())
     cs.store(name="lrtransfer_schema", node=root)
     for group in GROUPS:
         for name, node in options.of(group).items():
@@ -262,16 +297,43 @@ def flatten(node, prefix: str = "") -> dict:
 
 
 def per_run_keys(cfg: Config) -> list[str]:
-    """The keys of this job whose value may differ between its runs (`grid.<key>`)."""
-    return [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
+    """The keys of this job whose value may differ between its runs (`grid.<key>`, `points.keys`):
+    those its options declare (`PER_RUN`), and every per-module hyperparameter it can apply."""
+    own = [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
+    return own + [k for k in hp.ALL_KEYS if applies(k, cfg)]
+
+
+def applies(key: str, cfg: Config) -> bool:
+    """Whether the per-module hyperparameter `key` means something for this job (`hp.check_applies`)."""
+    try:
+        hp.check_applies(key, cfg.optim, cfg.model)
+    except ConfigError:
+        return False
+    return True
+
+
+def varied_keys(cfg: Config) -> list[str]:
+    """The per-run keys whose values this job's runs carry: its `grid.<key>`, its `points.keys`."""
+    if cfg.points is not None:
+        return list(cfg.points.keys)
+    found = inner_grid(cfg)
+    return [] if found is None else [found[0]]
+
+
+def tuned_keys(cfg: Config) -> list[str]:
+    """The per-module hyperparameters this job sets, for all its runs (`hp.*`) or run by run."""
+    return list(dict.fromkeys([*hp.set_values(cfg.hp), *(k for k in varied_keys(cfg) if k.startswith("hp."))]))
 
 
 def run_steps(typed) -> int:
-    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
+    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed (or per row of its
+    `points`), each `train.steps` steps."""
     return runs_per_job(typed) * typed.train.steps
 
 
 def runs_per_job(typed) -> int:
-    """K: LRs x values of the second inner axis (1 without one) x seeds."""
+    """K: LRs x values of the second inner axis (1 without one) x seeds, or rows x seeds."""
+    if typed.points is not None:
+        return typed.n_seeds * len(typed.points.log2_lr)
     found = inner_grid(typed)
     return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))

@@ -14,9 +14,10 @@ from dataclasses import fields, replace
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
-from lrtransfer.config.keys import GRAPHS, Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
+from lrtransfer.config.keys import (GRAPHS, Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid,
+                                   per_run_keys)
 from lrtransfer.errors import choices
-from lrtransfer.options import GROUPS
+from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, non_negative, positive
 
 # Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
@@ -56,12 +57,7 @@ def _check_inner_grid(cfg: Config) -> None:
     if found is None:
         return
     key, values = found
-    valid = per_run_keys(cfg)
-    if key not in valid:
-        group, _, leaf = key.partition(".")
-        why = f"{group}={getattr(cfg, group).name} has no such key" if group in GROUPS and not hasattr(getattr(cfg, group), leaf) \
-            else "its value cannot differ between the runs of a job"
-        raise ConfigError(f"grid.{key}: {why}; keys that may vary per run here: {', '.join(valid) or 'none'}")
+    _check_per_run_key(cfg, key, f"grid.{key}")
     if not isinstance(values, list) or not values:
         raise ConfigError(f"grid.{key}={values!r} must be a non-empty list of numbers, e.g. grid.{key}=[0,1e-3,1e-2]")
     odd = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))]
@@ -72,18 +68,90 @@ def _check_inner_grid(cfg: Config) -> None:
         raise ConfigError(f"grid.{key}={values}: every value must be finite, got {bad[0]}")
     if len(set(values)) < len(values):
         raise ConfigError(f"grid.{key}={values} repeats a value; each value is trained once")
-    group, _, leaf = key.partition(".")
-    node = getattr(cfg, group)
-    for v in values:  # the option's own checks, for each value (weight_decay >= 0, output_mult > 0)
+    for v in values:
         try:
-            if hasattr(node, "check"):
-                replace(node, **{leaf: v}).check()
+            check_per_run_value(cfg, key, v)
         except ConfigError as e:
             raise ConfigError(f"grid.{key}={values}: {e}") from None
+    if cfg.points is not None:
+        raise ConfigError(f"grid.{key} and points both say the runs of the job; give one")
     runs = cfg.lr.size() * len(values) * cfg.n_seeds
     if runs > MAX_RUNS_PER_JOB:
         raise ConfigError(f"grid.{key} has {len(values)} values x {cfg.lr.size()} learning rates x n_seeds={cfg.n_seeds} "
                           f"= {runs} runs in a job; at most {MAX_RUNS_PER_JOB}")
+
+
+def _check_per_run_key(cfg: Config, key: str, where: str) -> None:
+    """`key` may differ between the runs of this job (`per_run_keys`), or one line says why not."""
+    if key.startswith("hp."):
+        hp.split(key)
+        try:
+            hp.check_applies(key, cfg.optim, cfg.model)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {str(e).partition(': ')[2]}") from None
+        return
+    valid = per_run_keys(cfg)
+    if key not in valid:
+        group, _, leaf = key.partition(".")
+        why = f"{group}={getattr(cfg, group).name} has no such key" if group in GROUPS and not hasattr(getattr(cfg, group), leaf) \
+            else "its value cannot differ between the runs of a job"
+        shown = [k for k in valid if not k.startswith("hp.")] + ["hp.<role>.<name>"]
+        raise ConfigError(f"{where}: {why}; keys that may vary per run here: {', '.join(shown)}")
+
+
+def check_per_run_value(cfg: Config, key: str, value) -> None:
+    """One run's value of a per-run key: a number the option's own checks accept (weight_decay >= 0,
+    output_mult > 0), or one a per-module hyperparameter can take (`hp.check_value`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} is not a finite number")
+    if key.startswith("hp."):
+        hp.check_value(key, value)
+        return
+    group, _, leaf = key.partition(".")
+    node = getattr(cfg, group)
+    if hasattr(node, "check"):
+        replace(node, **{leaf: value}).check()
+
+
+def _check_hp(cfg: Config) -> None:
+    """Every `hp.<role>.<name>` set: a value it can take, a role and name this job can apply."""
+    for key, value in hp.set_values(cfg.hp).items():
+        hp.check_value(key, value)
+        hp.check_applies(key, cfg.optim, cfg.model)
+
+
+MAX_POINT_RUNS = 100_000  # rows x seeds of a job's `points`
+
+
+def _check_points(cfg: Config) -> None:
+    """A job's runs as rows (`points`): per-run keys of this job, one finite value of each per row,
+    an LR within the sane range, no row twice."""
+    p = cfg.points
+    if p is None:
+        return
+    if not p.log2_lr:
+        raise ConfigError("points has no rows: give points.log2_lr and points.values, one row per run")
+    if len(p.values) != len(p.log2_lr):
+        raise ConfigError(f"points has {len(p.log2_lr)} LRs and {len(p.values)} rows of values; give one row per LR")
+    if len(set(p.keys)) < len(p.keys):
+        raise ConfigError(f"points.keys={list(p.keys)} names a key twice")
+    for k in p.keys:
+        _check_per_run_key(cfg, k, f"points.keys: {k}")
+    for i, (e, row) in enumerate(zip(p.log2_lr, p.values)):
+        if not (isinstance(e, (int, float)) and math.isfinite(e) and abs(e) <= MAX_ABS_LOG2_LR):
+            raise ConfigError(f"points.log2_lr[{i}]={e!r} is not a log2 LR in -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR}")
+        if len(row) != len(p.keys):
+            raise ConfigError(f"points.values[{i}] has {len(row)} values for {len(p.keys)} keys ({', '.join(p.keys)})")
+        for k, v in zip(p.keys, row):
+            try:
+                check_per_run_value(cfg, k, v)
+            except ConfigError as e:
+                raise ConfigError(f"points.values[{i}]: {e}") from None
+    rows = [(float(e), *map(float, row)) for e, row in zip(p.log2_lr, p.values)]
+    if len(set(rows)) < len(rows):
+        raise ConfigError("points repeats a row (the same LR and values); each run is trained once")
+    if len(rows) * cfg.n_seeds > MAX_POINT_RUNS:
+        raise ConfigError(f"points has {len(rows)} rows x n_seeds={cfg.n_seeds} runs; at most {MAX_POINT_RUNS:,} in a job")
 
 
 MIN_RESOLUTION = 1 / 64  # octaves: finer than this, a sweep would train LRs 1% apart
@@ -167,6 +235,12 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
     if schema is Config:
         for group in GROUPS:
             _check_group_shape(cfg, group)
+        known_hp = [k.partition(".")[2] for k in hp.ALL_KEYS]
+        for key in flatten(cfg.hp):  # `+hp.foo.lr_mult=2` gets past Hydra
+            if key not in known_hp:
+                role, _, name = key.partition(".")
+                hp.split(f"hp.{key}")  # the unknown role or name, with the valid ones
+                raise ConfigError(f"unknown key 'hp.{key}'")
         known_grid = list(flatten(grid_schema()()))
         for key in flatten(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
             if key not in known_grid:
@@ -239,7 +313,9 @@ def validate(cfg: DictConfig | Config) -> Config:
         if hasattr(node, "check_with"):  # checks that need the rest of the config (model.heads vs width)
             node.check_with(cfg)
     _check_model_reads_data(cfg)
+    _check_hp(cfg)
     _check_inner_grid(cfg)
+    _check_points(cfg)
     _check_param_has_tree(cfg)
     return cfg
 

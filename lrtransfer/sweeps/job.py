@@ -32,7 +32,7 @@ from lrtransfer.sweeps import progress, requeue
 from lrtransfer.training import stop
 from lrtransfer.sweeps.checkpoint import NAME as CHECKPOINT
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
-from lrtransfer.config import inner_grid, validate
+from lrtransfer.config import inner_grid, recorded, validate
 from lrtransfer.config import RUN_SETTINGS
 from lrtransfer.store import is_complete, job_dir, job_id, write_record
 
@@ -41,10 +41,15 @@ log = logging.getLogger(__name__)
 
 def runs_of(cfg) -> list:
     """The job's runs: every LR of the grid for each of its seeds, and with a second inner
-    axis (`grid.<key>=[...]`) at each of its values: K = LRs x values x seeds."""
+    axis (`grid.<key>=[...]`) at each of its values: K = LRs x values x seeds; or each row of
+    its `points` at each seed."""
     from lrtransfer.training.engine import Run
 
     seeds = range(cfg.seed, cfg.seed + cfg.n_seeds)
+    if cfg.points is not None:  # the rows, one by one (a search's round, a scan)
+        p = cfg.points
+        return [Run(log2_lr=float(e), seed=s, grid=tuple((k, float(v)) for k, v in zip(p.keys, row)))
+                for s in seeds for e, row in zip(p.log2_lr, p.values)]
     found = inner_grid(cfg)
     cells = [()] if found is None else [((found[0], float(v)),) for v in found[1]]
     return [Run(log2_lr=log2, seed=s, grid=c) for s in seeds for c in cells for log2 in cfg.lr.values()]
@@ -200,7 +205,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
     new_scope()  # each warning once a job
     base = {
         "job_id": job_id(cfg),
-        "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        "config": recorded(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
         "versions": versions(),

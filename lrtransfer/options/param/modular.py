@@ -340,8 +340,8 @@ class Modular(Parameterization):
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Each slot's direction mapped to an update of norm share * lr (per run)."""
         out = []
-        for s, d in zip(slots, directions):
-            norm, target = self.norm_of(s), lr * self.share(s)  # (K,)
+        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x hp.<role>.lr_mult (1 by default)
+            norm, target = self.norm_of(s), rate * self.share(s)  # (K,)
             if self.dualize:
                 out.append(norm.dual(d, self.ns_steps) * run_view(target, d))
             else:

@@ -123,11 +123,11 @@ class SpectralParam(Parameterization):
         """Each weight's direction rescaled to spectral norm lr x sqrt(fan_out/fan_in) per run,
         each vector's to RMS lr."""
         out = []
-        for s, d in zip(slots, directions):
+        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x hp.<role>.lr_mult (1 by default)
             if s.name == "weight":
                 m = as_matrices(s.atom, d)  # (K, a, b): the matrix or its transpose
                 state = self._state.setdefault((s.atom, s.name), {})
-                out.append(self.spectral.normalize_(m, lr * spectral_scale(s.atom), state, self.exact).reshape(d.shape))
+                out.append(self.spectral.normalize_(m, rate * spectral_scale(s.atom), state, self.exact).reshape(d.shape))
             else:
-                out.append(RMS().normalize_(d, lr, {}, True))
+                out.append(RMS().normalize_(d, rate, {}, True))
         return out

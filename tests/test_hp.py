@@ -1,0 +1,146 @@
+"""Per-module hyperparameters (`hp.<role>.<name>`), per job and per run: a run that carries a vector
+of values computes exactly what a job configured to that vector computes, batched equals one run
+at a time, and the keys left unset change no job id and no record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lrtransfer.config import semantic
+from lrtransfer.options.param.tuning import Tuning, roles_of
+from lrtransfer.store import job_id
+from lrtransfer.training import build, engine
+from lrtransfer.training.engine import Run
+from tests.conftest import TINY, compose, typed
+
+NANOGPT = Path(__file__).parent / "nanogpt_standin.py"
+MLP = ["model=mlp", "width=16", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu"]
+TEXT = ["data=text", "data.seq_len=8", "data.eval_size=4", "train.batch_size=4", "width=16", "depth=2",
+        "engine.device=cpu", "model.heads=2"]
+NANO = ["model=custom", f"model.target={NANOGPT}:GPT", f"model.config={NANOGPT}:GPTConfig", "model.width_key=n_embd",
+        "model.depth_key=n_layer", "model.config_kwargs={n_head: 2}", *[o for o in TEXT if o != "model.heads=2"]]
+
+# The ids of three jobs as they were before `hp`, `points` and `search` existed (measured on main at 0f3c99e)
+IDS_BEFORE = {(): "873ca84b6e09", ("param=mup", "width=256"): "1a195712e6e8",
+              ("model=custom", "model.target=examples/mynets.py:build"): "6a777c87b2ea"}
+
+
+def test_unset_keys_keep_every_job_id():
+    for over, expected in IDS_BEFORE.items():
+        cfg = compose(*over)
+        assert job_id(cfg) == expected
+        assert not {"hp", "points", "search"} & set(semantic(cfg))
+    assert job_id(compose("hp.hidden.lr_mult=2")) != IDS_BEFORE[()]
+    assert semantic(compose("hp.hidden.lr_mult=2"))["hp"] == {"hp.hidden.lr_mult": 2.0}
+
+
+def test_unset_keys_leave_the_record_as_it_was(cli, tmp_path):
+    code, _, err = cli("sweep", *TINY, f"results_dir={tmp_path}", "width=16")
+    assert code == 0, err
+    (path,) = tmp_path.glob("default/*/record.json")
+    config = json.loads(path.read_text())["config"]
+    assert not {"hp", "points", "search"} & set(config) and set(config["grid"]) == {"optim", "param"}
+
+
+# (overrides, vectors): each run of the ensemble carries one vector; a job configured to it trains alone
+V = {
+    "mlp, standard": (MLP + ["optim.weight_decay=0.02"], {
+        "hp.embedding.lr_mult": [0.5, 2.0, 1.0], "hp.hidden.lr_mult": [2.0, 0.25, 1.0],
+        "hp.readout.lr_mult": [1.0, 3.0, 0.5], "hp.vector.lr_mult": [0.1, 4.0, 1.0],
+        "hp.embedding.init_mult": [0.5, 1.5, 1.0], "hp.hidden.init_mult": [1.5, 0.7, 1.0],
+        "hp.readout.init_mult": [0.3, 2.0, 1.0], "hp.vector.init_mult": [2.0, 0.0, 1.0],
+        "hp.hidden.wd_mult": [0.0, 8.0, 1.0], "hp.vector.wd_mult": [5.0, 0.0, 1.0],
+        "param.output_mult": [0.5, 2.0, 1.0], "optim.weight_decay": [0.02, 0.05, 0.01]}),
+    "mlp, mup, decay with the LR": (MLP + ["param=mup", "param.base_width=8", "param.readout_zero_init=false",
+                                           "optim.decay_scaling=lr", "optim.weight_decay=0.5"], {
+        "hp.embedding.lr_mult": [0.5, 2.0, 1.0], "hp.hidden.lr_mult": [2.0, 0.25, 1.0],
+        "hp.readout.init_mult": [0.3, 2.0, 1.0], "hp.hidden.wd_mult": [0.0, 8.0, 1.0],
+        "param.output_mult": [0.5, 2.0, 1.0]}),
+    "mlp, sgd": (MLP + ["optim=sgd", "optim.weight_decay=0.01"], {
+        "hp.hidden.lr_mult": [2.0, 0.25, 1.0], "hp.readout.lr_mult": [0.5, 3.0, 1.0],
+        "hp.embedding.init_mult": [0.5, 1.5, 1.0], "hp.vector.wd_mult": [5.0, 0.0, 1.0]}),
+    "mlp, modular": (MLP + ["param=modular"], {
+        "hp.hidden.lr_mult": [2.0, 0.25, 1.0], "hp.readout.lr_mult": [0.5, 3.0, 1.0],
+        "hp.embedding.init_mult": [0.5, 1.5, 1.0]}),
+    "transformer, completep": (["model=transformer", *TEXT, "param=completep", "param.base_width=8",
+                                "param.readout_zero_init=false", "optim.weight_decay=0.05"], {
+        "hp.attention.lr_mult": [2.0, 0.25, 1.0], "hp.mlp.lr_mult": [0.5, 3.0, 1.0],
+        "hp.hidden.init_mult": [0.5, 1.5, 1.0], "hp.attention.init_mult": [1.5, 0.5, 1.0],
+        "hp.embedding.lr_mult": [3.0, 0.5, 1.0], "hp.readout.lr_mult": [0.3, 2.0, 1.0],
+        "hp.vector.lr_mult": [0.5, 2.0, 1.0], "hp.mlp.wd_mult": [4.0, 0.0, 1.0],
+        "param.output_mult": [0.5, 2.0, 1.0]}),
+    "nanoGPT as published, standard": (NANO + ["model.group=*.c_fc", "optim.weight_decay=0.05"], {
+        "hp.attention.lr_mult": [2.0, 0.25, 1.0], "hp.mlp.init_mult": [0.5, 1.5, 1.0],
+        "hp.group.lr_mult": [3.0, 0.5, 1.0], "hp.embedding.lr_mult": [0.5, 2.0, 1.0],
+        "hp.vector.wd_mult": [4.0, 0.0, 1.0], "hp.hidden.lr_mult": [0.5, 2.0, 1.0],
+        "param.output_mult": [0.5, 2.0, 1.0]}),
+}
+LRS = (-6.0, -7.0, -5.5)
+
+
+def vector_runs(vectors: dict, seeds=(0,)) -> list[Run]:
+    n = len(next(iter(vectors.values())))
+    return [Run(log2_lr=LRS[i], seed=s, grid=tuple((k, float(v[i])) for k, v in vectors.items()))
+            for s in seeds for i in range(n)]
+
+
+def trained(over, runs, *more):
+    return engine.train(build.job(typed(*over, *more)), runs)
+
+
+def configured_alone(over, vectors, steps) -> list:
+    """Run i of a job configured to vector i (its keys set as scalars), trained beside the same LRs."""
+    n = len(next(iter(vectors.values())))
+    plain = [Run(log2_lr=LRS[i], seed=0) for i in range(n)]
+    return [trained(over, plain, steps, *[f"{k}={v[i]}" for k, v in vectors.items()])[i] for i in range(n)]
+
+
+@pytest.mark.parametrize("case", list(V))
+def test_a_run_with_vector_v_equals_a_job_configured_to_v(case):
+    """Number for number, in float32: each per-run value is rounded once, as the scalar is."""
+    over, vectors = V[case]
+    together = trained(over, vector_runs(vectors), "train.steps=8")
+    alone = configured_alone(over, vectors, "train.steps=8")
+    for r, ref in zip(together, alone):
+        assert (r.history_loss, r.final_loss, r.eval_loss) == (ref.history_loss, ref.final_loss, ref.eval_loss)
+    assert len({r.final_loss for r in together}) == len(together)  # the vectors matter
+
+
+@pytest.mark.parametrize("case", list(V))
+def test_batched_equals_one_run_at_a_time_in_float64(case):
+    over, vectors = V[case]
+    runs = vector_runs(vectors, seeds=(0, 1))
+    batched = trained(over, runs, "train.dtype=float64", "train.steps=8", "n_seeds=2")
+    one = trained(over, runs, "train.dtype=float64", "train.steps=8", "n_seeds=2", "engine.batched=false")
+    for a, b in zip(batched, one):
+        assert a.grid == b.grid
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
+        assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)
+
+
+def roles_in(vectors: dict) -> list[str]:
+    return list(dict.fromkeys(k.split(".")[1] for k in vectors if k.startswith("hp.")))
+
+
+@pytest.mark.parametrize("case", ["mlp, standard", "transformer, completep", "nanoGPT as published, standard"])
+def test_dropping_one_roles_per_run_values_fails_the_exactness_check(case, monkeypatch):
+    """The mutation check: where the code kept one run's value (the first) for every run of a role,
+    the runs no longer equal the jobs configured to their vectors, whichever role it is."""
+    over, vectors = V[case]
+    alone = configured_alone(over, vectors, "train.steps=8")
+    honest = Tuning.value
+    for role in roles_in(vectors):
+        def dropped(self, atom, name, what, role=role):
+            for r in roles_of(atom, name):  # as `Tuning.value`, but one role's runs all get the first run's value
+                found = self.values.get(r, {}).get(what)
+                if found is not None:
+                    return float(found[0]) if r == role and not isinstance(found, float) else found
+            return None
+
+        monkeypatch.setattr(Tuning, "value", dropped)
+        together = trained(over, vector_runs(vectors), "train.steps=8")
+        monkeypatch.setattr(Tuning, "value", honest)
+        assert any(r.history_loss != ref.history_loss for r, ref in zip(together, alone)), role
