@@ -212,7 +212,7 @@ def record_problem(record: Any) -> str | None:
 def per_run_keys_of(config: dict) -> list[str]:
     """The keys a record's runs each carry a value of: its `grid.<key>`, or its `points.keys`."""
     points = config.get("points")
-    if points is not None:
+    if isinstance(points, dict) and points.get("log2_lr"):
         keys = points.get("keys") if isinstance(points, dict) else None
         if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
             raise ConfigError(f"points.keys={shown(keys)} is not a list of keys")

@@ -103,7 +103,7 @@ def scanned_groups(found: Scan, metric: str = "train_loss") -> list[Group]:
     """The groups of a scanned folder (`records.scan`), each told how many records of its study
     were skipped, with a warning that says so first: a verdict never reads as a whole study's
     when part of it could not be read."""
-    out = groups(found.runs, metric)
+    out = groups(found.runs, metric) if not found.runs.empty else []  # a folder of searches alone has no LR curves
     for g in out:
         g.skipped_records, g.skipped_runs = found.skipped_in(str(g.fixed.get("study")))
         failed = [f for f in found.failed if f["study"] == str(g.fixed.get("study"))]

@@ -47,10 +47,18 @@ def skipped_lines(skipped: list[dict], aside: list[str]) -> list[str]:
 
 def summary_doc(gs: list[Group], metric: str, found: Scan | None = None) -> dict:
     """`skipped`: each record left out (path, study, runs, why); `set_aside`: each further copy of
-    a job already read."""
-    return {"metric": metric, "tolerance": TOLERANCE, "confidence": CONFIDENCE, "groups": [group_dict(g) for g in gs],
-            "skipped": [] if found is None else [vars(s) for s in found.skipped],
-            "set_aside": [] if found is None else found.set_aside}
+    a job already read; `searches` and `transfer_checks`, where the folder holds them (`lrtransfer
+    tune`, `sweep --transfer-from`)."""
+    from lrtransfer.analysis.transfer import checks
+    from lrtransfer.analysis.tuning import searches
+
+    doc = {"metric": metric, "tolerance": TOLERANCE, "confidence": CONFIDENCE, "groups": [group_dict(g) for g in gs],
+           "skipped": [] if found is None else [vars(s) for s in found.skipped],
+           "set_aside": [] if found is None else found.set_aside}
+    if found is not None and not found.points.empty:
+        doc["searches"] = [plain(s.dict()) for s in searches(found.points)]
+        doc["transfer_checks"] = [plain(c.dict()) for c in checks(found.points, metric)]
+    return doc
 
 
 def summarize(root: str | Path, metric: str = "train_loss") -> dict:

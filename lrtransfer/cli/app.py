@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from lrtransfer.cli import importing, show, usage
+from lrtransfer.cli import importing, show, tuning, usage
 from lrtransfer.cli.completion import complete_override, use_override_aware_bash_script
 
 app = typer.Typer(
@@ -77,6 +77,10 @@ def sweep(
     budget: Optional[str] = typer.Option(
         None, "--budget", help="With --until-decided: at most this many run-steps (20000), or this long (90m, 2h, 600s)."
     ),
+    transfer_from: Optional[Path] = typer.Option(
+        None, "--transfer-from", metavar="TUNED", help="A study of `lrtransfer tune`: at each job's scale (and the tuned "
+        "one) scan each tuned key and the LR by 2^-2..2^2 around the tuned point, one ensemble per scale."
+    ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
     from lrtransfer.sweeps.outcome import until_decided_overrides
@@ -86,6 +90,8 @@ def sweep(
     argv = list(overrides or [])
     _check_flags(argv)
     argv += until_decided_overrides(until_decided, budget)
+    if transfer_from is not None:
+        argv.append(f"search.transfer_from='{transfer_from.resolve()}'")
     if "-h" in argv:  # Hydra's own app help would list internal groups
         from lrtransfer.cli.catalog import help_text
 
@@ -148,7 +154,7 @@ def _check_flags(argv: list[str]) -> None:
         flag = arg.split("=", 1)[0]
         if arg.startswith("-") and flag not in HYDRA_FLAGS:
             raise UserError(f"unknown option {flag} for sweep; valid: --plan, --rerun, --until-decided, --budget, "
-                            "--cfg job [--resolve], --info, --config-dir DIR, -h (lrtransfer sweep -h)")
+                            "--transfer-from TUNED, --cfg job [--resolve], --info, --config-dir DIR, -h (lrtransfer sweep -h)")
         i += 2 if HYDRA_FLAGS.get(arg) else 1  # a flag's value (--config-dir DIR) is no option
 
 
@@ -428,6 +434,7 @@ def inspect(
 
 
 app.command("import")(importing.import_table)
+app.command("tune", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(tuning.tune)
 
 
 def main() -> None:

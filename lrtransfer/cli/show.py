@@ -147,6 +147,14 @@ def summary(doc: dict) -> None:
         for w in g["warnings"]:
             console.print(f"  [yellow]warning:[/] {w}")
         console.print()
+    from lrtransfer.cli import tuning
+
+    for s in doc.get("searches", []):
+        tuning.search(s)
+        console.print()
+    for c in doc.get("transfer_checks", []):
+        tuning.check(c)
+        console.print()
     for line in skipped_lines(doc["skipped"], doc["set_aside"]):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 

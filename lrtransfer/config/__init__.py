@@ -26,6 +26,8 @@ from lrtransfer.config.keys import (
     register,
     run_steps,
     runs_per_job,
+    has_points,
+    search_ranges,
     tuned_keys,
     varied_keys,
 )
@@ -34,5 +36,5 @@ from lrtransfer.options.schema import ConfigError
 
 __all__ = ["Config", "ConfigError", "DType", "Engine", "LRGrid", "RUN_SETTINGS", "Schedule", "Train", "activation_of",
            "default_grid", "flatten", "grid_schema", "inner_grid", "model_activation", "per_run_keys", "register",
-           "run_steps", "runs_per_job", "tuned_keys", "varied_keys",
+           "run_steps", "runs_per_job", "has_points", "search_ranges", "tuned_keys", "varied_keys",
            "recorded", "semantic", "validate", "MAX_DEPTH", "MAX_RUNS_PER_JOB"]

@@ -11,7 +11,7 @@ from dataclasses import fields
 from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer import options
-from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
+from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten, has_points
 from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.contents import fingerprint
 
@@ -71,7 +71,7 @@ def semantic(cfg: DictConfig | dict) -> dict:
     tuned = hp.set_values(out.pop("hp", None) or {})
     if tuned:  # hp.* unset (the default): the same identity as before the keys existed
         out["hp"] = tuned
-    if out.get("points") is None:
+    if not has_points(out):  # no rows (the default): the same identity as before the key existed
         out.pop("points", None)
     for group in GROUPS:
         node = out.get(group)
@@ -96,14 +96,17 @@ def semantic(cfg: DictConfig | dict) -> dict:
 
 def recorded(config: dict) -> dict:
     """A resolved config as a record keeps it: the keys added for per-module hyperparameters (`hp`,
-    `grid.hp`, `points`) only where set, so that a job without them writes the record it wrote
-    before they existed."""
+    `grid.hp`, `points`, `search`) only where set (`search`: in a search's or a transfer check's
+    jobs), so that a job without them writes the record it wrote before they existed."""
     out = dict(config)
     if not hp.set_values(out.get("hp") or {}):
         out.pop("hp", None)
     grid = out.get("grid")
     if isinstance(grid, dict) and "hp" in grid and not any(v is not None for v in flatten(grid["hp"]).values()):
         out["grid"] = {k: v for k, v in grid.items() if k != "hp"}
-    if out.get("points", 0) is None:
-        out.pop("points")
+    if not has_points(out):
+        out.pop("points", None)
+    search = out.get("search")
+    if isinstance(search, dict) and not (search.get("enabled") or search.get("transfer_from")):
+        out.pop("search")  # read only by a search or a transfer check
     return out

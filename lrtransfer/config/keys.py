@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import Field, dataclass, field, fields, make_dataclass
 from enum import Enum
 from typing import Any, List, Optional
 
@@ -25,10 +25,10 @@ from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import ConfigError, Grid
 
 # The config's sections that say how a job runs (`engine`), where its results also go
-# (`tracker`) and how a sweep chooses its jobs (`adaptive`): they change nothing a job
+# (`tracker`) and how a sweep chooses its jobs (`adaptive`, `search`): they change nothing a job
 # computes, so they are no part of a job's identity (`identity.semantic`) and the
 # analysis never groups runs by them.
-RUN_SETTINGS = ("engine", "tracker", "adaptive")
+RUN_SETTINGS = ("engine", "tracker", "adaptive", "search")
 
 
 # ---------------------------------------------------------------- choices
@@ -157,12 +157,19 @@ class Adaptive:
 @dataclass
 class Points:
     """A job's runs as rows (`Config.points`): row i trains at log2 LR `log2_lr[i]` with
-    `values[i][j]` for `keys[j]`; `kind` says what made them (search, baseline, scan), for the readers."""
+    `values[i][j]` for `keys[j]`; `kind` says what made them and `round` when, for the readers: a
+    search's round (search; baseline: its LR-only twin), the best of each trained at fresh seeds
+    (confirm), a transfer check's scans (scan)."""
 
     keys: List[str] = field(default_factory=list)
     log2_lr: List[float] = field(default_factory=list)
     values: List[List[float]] = field(default_factory=list)
     kind: str = "search"
+    round: int = 0
+    # scan: the point the scans are around (its log2 LR, then its values of `keys`), and the LR-only
+    # setting's (its log2 LR, then the job's own values): what the readers measure from
+    centre: List[float] = field(default_factory=list)
+    reference: List[float] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- the whole
@@ -188,12 +195,16 @@ class Config:
     hp: Any = field(default_factory=dict)
     # The runs of the job, one by one, where a grid cannot say them (a search's round, a scan around a
     # tuned vector): each row a log2 LR and its values of `keys` (per-run keys), trained at every
-    # seed; null: the LR grid (and `grid`) says the runs.
-    points: Optional[Points] = None
+    # seed; no rows (the default): the LR grid (and `grid`) says the runs.
+    points: Points = field(default_factory=Points)
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
     tracker: Any = MISSING  # where results also go (lrtransfer/options/tracker/): no part of a job's identity
     adaptive: Adaptive = field(default_factory=Adaptive)  # sweep in rounds until decided: no part of a job's identity
+    # A search at the base scale (`lrtransfer tune`: `search.<key>=[lo,hi]`, its policy and budget) and the
+    # check of its result at larger scales (`sweep --transfer-from`): no part of a job's identity.
+    # Typed by `search_schema` when registered.
+    search: Any = field(default_factory=dict)
 
 
 @cache
@@ -211,6 +222,32 @@ def grid_schema() -> type:
     grid_hp = hp_schema(of_lists=True)  # grid.hp.<role>.<name>: every per-module hyperparameter may vary per run
     nodes.append(("hp", grid_hp, field(default_factory=grid_hp)))
     return _importable(make_dataclass("InnerGrid", nodes))
+
+
+SEARCH_POLICIES = ("random", "trust_region")
+
+
+@cache
+def search_schema() -> type:
+    """The `search` node's dataclass: how `lrtransfer tune` searches, and a range [lo, hi] for each
+    key it searches (`search.lr`, the global LR; `search.<key>`, any key `grid.<key>` may vary)."""
+    settings = [
+        ("enabled", bool, False),  # set by `lrtransfer tune`: the sweep is a search in rounds (`sweeps/tuning.py`)
+        ("transfer_from", Optional[str], None),  # set by `sweep --transfer-from DIR`: scans around DIR's tuned vector
+        ("policy", str, "trust_region"),  # random | trust_region (`sweeps/search.py`)
+        ("round_size", int, 32),  # points each round trains (one ensemble)
+        ("metric", str, "train_loss"),  # what a point is judged by: train_loss | eval_loss
+        ("seeds", int, 3),  # fresh seeds the best point and the LR-only baseline's best are trained at, for intervals
+        ("budget", Optional[int], None),  # run-steps the search may spend (its LR-only baseline spends as much); null: 4 rounds
+        ("budget_s", Optional[float], None),  # wall-clock seconds the search may spend
+        ("radius", float, 0.5),  # the trust region's first half-side, in unit coordinates of the box
+        ("shrink", float, 0.5),  # the region's factor after a round without a better point
+        ("scan", List[float], field(default_factory=lambda: [-2.0, -1.0, 0.0, 1.0, 2.0])),  # log2 factors the check scans
+        ("lr", Optional[List[float]], None),  # the global LR's range (default: 2^lr.log2_min .. 2^lr.log2_max)
+    ]
+    ranges = [(f.name, f.type, field(default_factory=f.type)) for f in fields(grid_schema())]
+    own = [(n, t, d if isinstance(d, Field) else field(default=d)) for n, t, d in settings]
+    return _importable(make_dataclass("Search", own + ranges))
 
 
 @cache
@@ -239,6 +276,8 @@ def __getattr__(name: str):
         found = {root.__name__: root, **{f.type.__name__: f.type for f in fields(root) if isinstance(f.type, type)}}
         if name in found:
             return found[name]
+    if name == "Search":
+        return search_schema()
     if name.startswith("Hp"):
         hp_schema(), hp_schema(of_lists=True)
         found = hp.classes()
@@ -255,6 +294,7 @@ def register() -> None:
     root = OmegaConf.structured(Config)
     root.grid = OmegaConf.structured(grid_schema())
     root.hp = OmegaConf.structured(hp_schema())
+    root.search = OmegaConf.structured(search_schema())
     cs.store(name="lrtransfer_schema", node=root)
     for group in GROUPS:
         for name, node in options.of(group).items():
@@ -277,6 +317,13 @@ def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
     if len(found) > 1:
         raise ConfigError(f"grid takes one key (one more axis beside the LR), got {', '.join('grid.' + k for k, _ in found)}")
     return found[0]
+
+
+def search_ranges(cfg: Config | dict) -> dict[str, list]:
+    """{"lr": [lo, hi], "hp.hidden.lr_mult": [lo, hi], ...}: the ranges a search is given (not null)."""
+    node = cfg.get("search") if isinstance(cfg, dict) else cfg.search
+    settings = {f.name for f in fields(search_schema())} - {f.name for f in fields(grid_schema())} - {"lr"}
+    return {k: v for k, v in flatten(node).items() if v is not None and k.split(".")[0] not in settings}
 
 
 def flatten(node, prefix: str = "") -> dict:
@@ -312,9 +359,16 @@ def applies(key: str, cfg: Config) -> bool:
     return True
 
 
+def has_points(cfg: Config | dict) -> bool:
+    """Whether a job's runs are rows (`points`, a typed config's or a record's), not an LR grid."""
+    p = cfg.get("points") if isinstance(cfg, dict) else cfg.points
+    rows = p.get("log2_lr") if isinstance(p, dict) else getattr(p, "log2_lr", None)
+    return bool(rows)
+
+
 def varied_keys(cfg: Config) -> list[str]:
     """The per-run keys whose values this job's runs carry: its `grid.<key>`, its `points.keys`."""
-    if cfg.points is not None:
+    if has_points(cfg):
         return list(cfg.points.keys)
     found = inner_grid(cfg)
     return [] if found is None else [found[0]]
@@ -333,7 +387,7 @@ def run_steps(typed) -> int:
 
 def runs_per_job(typed) -> int:
     """K: LRs x values of the second inner axis (1 without one) x seeds, or rows x seeds."""
-    if typed.points is not None:
+    if has_points(typed):
         return typed.n_seeds * len(typed.points.log2_lr)
     found = inner_grid(typed)
     return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))

@@ -14,8 +14,9 @@ from dataclasses import fields, replace
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
-from lrtransfer.config.keys import (GRAPHS, Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid,
-                                   per_run_keys)
+from lrtransfer.config.keys import (GRAPHS, SEARCH_POLICIES, Adaptive, Config, Engine, LRGrid, Train, flatten,
+                                   grid_schema, has_points, inner_grid, per_run_keys, search_ranges,
+                                   search_schema)
 from lrtransfer.errors import choices
 from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, non_negative, positive
@@ -73,7 +74,7 @@ def _check_inner_grid(cfg: Config) -> None:
             check_per_run_value(cfg, key, v)
         except ConfigError as e:
             raise ConfigError(f"grid.{key}={values}: {e}") from None
-    if cfg.points is not None:
+    if has_points(cfg):
         raise ConfigError(f"grid.{key} and points both say the runs of the job; give one")
     runs = cfg.lr.size() * len(values) * cfg.n_seeds
     if runs > MAX_RUNS_PER_JOB:
@@ -121,16 +122,17 @@ def _check_hp(cfg: Config) -> None:
 
 
 MAX_POINT_RUNS = 100_000  # rows x seeds of a job's `points`
+POINT_KINDS = ("search", "baseline", "confirm", "scan")
 
 
 def _check_points(cfg: Config) -> None:
     """A job's runs as rows (`points`): per-run keys of this job, one finite value of each per row,
     an LR within the sane range, no row twice."""
     p = cfg.points
-    if p is None:
+    if not has_points(cfg):
+        if p.keys or p.values:
+            raise ConfigError("points has no rows: give points.log2_lr and points.values, one row per run")
         return
-    if not p.log2_lr:
-        raise ConfigError("points has no rows: give points.log2_lr and points.values, one row per run")
     if len(p.values) != len(p.log2_lr):
         raise ConfigError(f"points has {len(p.log2_lr)} LRs and {len(p.values)} rows of values; give one row per LR")
     if len(set(p.keys)) < len(p.keys):
@@ -147,6 +149,12 @@ def _check_points(cfg: Config) -> None:
                 check_per_run_value(cfg, k, v)
             except ConfigError as e:
                 raise ConfigError(f"points.values[{i}]: {e}") from None
+    for name in ("centre", "reference"):
+        point = getattr(p, name)
+        if point and (len(point) != len(p.keys) + 1 or not all(math.isfinite(x) for x in point)):
+            raise ConfigError(f"points.{name}={list(point)} must be a log2 LR and one finite value of each key")
+    if p.kind not in POINT_KINDS:
+        raise ConfigError(f"points.kind={p.kind!r}{choices(POINT_KINDS, p.kind)}")
     rows = [(float(e), *map(float, row)) for e, row in zip(p.log2_lr, p.values)]
     if len(set(rows)) < len(rows):
         raise ConfigError("points repeats a row (the same LR and values); each run is trained once")
@@ -186,6 +194,58 @@ def _check_adaptive(cfg: Config) -> None:
     if not (math.isfinite(a.extend) and a.extend >= 0):
         raise ConfigError(f"adaptive.extend must be a number of octaves >= 0, got {a.extend!r}")
     within("adaptive.extend", a.extend, MAX_OCTAVES, "octaves (the widest LR grid)")
+
+
+MAX_SCAN = 10  # octaves a transfer check's factor may move a tuned value
+
+
+def _check_search(cfg: Config) -> None:
+    """The search's keys (checked on every job, as the adaptive sweep's): its settings, and each
+    range a two-number [lo, hi] with lo < hi of a key this job's runs can vary, whose ends are values
+    the key can take (a key that must be positive, searched log-uniformly, must start above 0)."""
+    s = cfg.search
+    if s.policy not in SEARCH_POLICIES:
+        raise ConfigError(f"search.policy={s.policy!r}{choices(SEARCH_POLICIES, s.policy)}")
+    if s.metric not in ("train_loss", "eval_loss"):
+        raise ConfigError(f"search.metric={s.metric!r}; valid: train_loss, eval_loss (a loss: lower is better)")
+    positive("search.round_size", s.round_size)
+    within("search.round_size", s.round_size, MAX_RUNS_PER_JOB, "points a round")
+    positive("search.seeds", s.seeds)
+    within("search.seeds", s.seeds, MAX_SEEDS, "seeds")
+    if s.budget is not None:
+        positive("search.budget", s.budget)
+        within("search.budget", s.budget, MAX_BUDGET, "run-steps")
+    if s.budget_s is not None:
+        positive("search.budget_s", s.budget_s)
+        within("search.budget_s", s.budget_s, MAX_BUDGET_S, "seconds (a year)")
+    if not 0 < s.radius <= 1:
+        raise ConfigError(f"search.radius={s.radius!r} must be in (0, 1] (a half-side in the search box's unit coordinates)")
+    if not 0 < s.shrink < 1:
+        raise ConfigError(f"search.shrink={s.shrink!r} must be in (0, 1)")
+    if not s.scan or not all(math.isfinite(x) and abs(x) <= MAX_SCAN for x in s.scan) or len(set(s.scan)) < len(s.scan):
+        raise ConfigError(f"search.scan={list(s.scan)} must be distinct log2 factors within -{MAX_SCAN} .. {MAX_SCAN} "
+                          "(e.g. [-2,-1,0,1,2])")
+    for key, rng in search_ranges(cfg).items():
+        where = f"search.{key}={rng}"
+        if not (isinstance(rng, list) and len(rng) == 2):
+            raise ConfigError(f"{where} must be a range [lo, hi] of two numbers")
+        lo, hi = rng
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in rng):
+            raise ConfigError(f"{where}: each end must be a finite number")
+        if not lo < hi:
+            raise ConfigError(f"{where} is an empty range: give [lo, hi] with lo < hi")
+        if key == "lr":
+            if not lo > 0:
+                raise ConfigError(f"{where}: learning rates are searched log-uniformly, so both ends must be positive")
+            for x in rng:
+                within("search.lr", abs(math.log2(x)), MAX_ABS_LOG2_LR, "octaves from 1")
+            continue
+        _check_per_run_key(cfg, key, f"search.{key}")
+        for x in rng:
+            try:
+                check_per_run_value(cfg, key, x)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from None
 
 
 def _check_int64(node, where: str = "") -> None:
@@ -241,6 +301,10 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
                 role, _, name = key.partition(".")
                 hp.split(f"hp.{key}")  # the unknown role or name, with the valid ones
                 raise ConfigError(f"unknown key 'hp.{key}'")
+        known_search = list(flatten(search_schema()()))
+        for key in flatten(cfg.search):  # `+search.optim.beta1=[...]` gets past Hydra too
+            if key not in known_search:
+                raise ConfigError(f"unknown key 'search.{key}'{choices(['search.' + k for k in known_search], 'search.' + key)}")
         known_grid = list(flatten(grid_schema()()))
         for key in flatten(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
             if key not in known_grid:
@@ -286,6 +350,7 @@ def validate(cfg: DictConfig | Config) -> Config:
         )
     _check_lr_grid(cfg)
     _check_adaptive(cfg)
+    _check_search(cfg)
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
     non_negative("engine.max_memory_gb", cfg.engine.max_memory_gb)

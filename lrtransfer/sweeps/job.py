@@ -32,7 +32,7 @@ from lrtransfer.sweeps import progress, requeue
 from lrtransfer.training import stop
 from lrtransfer.sweeps.checkpoint import NAME as CHECKPOINT
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
-from lrtransfer.config import inner_grid, recorded, validate
+from lrtransfer.config import has_points, inner_grid, recorded, validate
 from lrtransfer.config import RUN_SETTINGS
 from lrtransfer.store import is_complete, job_dir, job_id, write_record
 
@@ -46,7 +46,7 @@ def runs_of(cfg) -> list:
     from lrtransfer.training.engine import Run
 
     seeds = range(cfg.seed, cfg.seed + cfg.n_seeds)
-    if cfg.points is not None:  # the rows, one by one (a search's round, a scan)
+    if has_points(cfg):  # the rows, one by one (a search's round, a scan)
         p = cfg.points
         return [Run(log2_lr=float(e), seed=s, grid=tuple((k, float(v)) for k, v in zip(p.keys, row)))
                 for s in seeds for e, row in zip(p.log2_lr, p.values)]

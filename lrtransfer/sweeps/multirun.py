@@ -37,6 +37,7 @@ class SweepReport:
     skipped: int = 0
     returns: list[dict] = field(default_factory=list)
     adaptive: object = None  # an adaptive sweep's outcome (`adaptive.Outcome`): rounds, spend, verdicts
+    tuning: Path | None = None  # a search's study folder (`tuning.run`), or a transfer check's
 
     @property
     def failed(self) -> list[dict]:

@@ -1,0 +1,135 @@
+"""`lrtransfer tune`: a search of per-module hyperparameters at the base scale; and how a search and
+a transfer check print (`summary`, a sweep's end). Only typer at module level, like `app.py`."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from lrtransfer.cli.completion import complete_override
+
+
+def tune(
+    ctx: typer.Context,
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="The base job and the search as overrides: model=transformer data=text width=64 depth=2 "
+        "search.hp.hidden.lr_mult=[0.25,4] search.optim.weight_decay=[0,0.1] (search.lr: the global LR's range; "
+        "search.policy=random|trust_region, search.round_size, search.seeds).",
+        show_default=False, autocompletion=complete_override),
+    budget: Optional[str] = typer.Option(
+        None, "--budget", help="Run-steps the search may spend (20000; its LR-only baseline spends as much again), or a "
+        "wall time (90m, 2h, 600s); default: 4 rounds of search.round_size points."),
+    plan: bool = typer.Option(False, "--plan", help="Show the next round's jobs and work; train nothing."),
+) -> None:
+    """Search per-module hyperparameters at one scale, in rounds (each round one batched ensemble), against an
+    LR-only search of the same budget; then train both best points at fresh seeds for intervals."""
+    from lrtransfer.cli import show, usage
+    from lrtransfer.sweeps.launch import launch
+    from lrtransfer.sweeps.outcome import budget_overrides
+    from lrtransfer.training import stop
+
+    argv = list(overrides or [])
+    usage.refuse_flags(ctx, argv)
+    if not any(o.split("=", 1)[0].lstrip("+") in ("name", "study") for o in argv):
+        argv.insert(0, "name=tune")  # its own study folder, not the sweeps' default one
+    argv.append("search.enabled=true")
+    if budget is not None:
+        argv += budget_overrides("search", budget, "for search.round_size x 4 rounds")
+    if plan:
+        surveyed = launch(argv, action="plan")
+        if surveyed is not None:
+            show.plan(surveyed, None)
+        return
+    try:
+        with stop.graceful():
+            report = launch(argv, on_round_end=round_line)
+    except KeyboardInterrupt as e:
+        typer.echo(str(e) or "interrupted: finished rounds are kept; re-run the same command to go on", err=True)
+        raise typer.Exit(130) from None
+    if report is None:
+        return
+    if report.failed:
+        show.sweep_report(report)
+        raise typer.Exit(1)
+    if report.tuning is not None:
+        from lrtransfer import analysis
+        from lrtransfer.analysis.tuning import searches
+
+        with show.warnings_to_stderr():
+            found = searches(analysis.scan(report.tuning).points)
+        for s in found:
+            search(s.dict())
+        typer.echo(f"records: {report.tuning}/  (next: lrtransfer sweep --transfer-from {report.tuning} width=...)")
+
+
+def round_line(tune) -> None:
+    """One round of a search as it ends."""
+    r = tune.rounds[-1]
+    best, base = r["best"], r["baseline_best"]
+    typer.echo(f"round {r['round']}: {r['run_steps']:,} run-steps (and as many for the LR-only baseline); best loss "
+               f"{'-' if best is None else f'{best:.4f}'} (LR only: {'-' if base is None else f'{base:.4f}'}); "
+               f"trust region half-side {r['radius']:.3g}")
+
+
+def _ci(e: dict | None, spec: str = ".4f") -> str:
+    if not e or e.get("mean") is None:
+        return "-"
+    ci = e.get("ci")
+    return f"{e['mean']:{spec}}" + ("" if ci is None else f" [{ci[0]:{spec}}, {ci[1]:{spec}}]")
+
+
+def search(doc: dict) -> None:
+    """A search's result (`analysis.tuning.Search.dict`)."""
+    from rich.table import Table
+
+    from lrtransfer.cli.show import wide_console
+
+    console = wide_console()
+    table = Table(title=f"study={doc['study']}: the search's best point, against the LR-only setting", title_justify="left")
+    for col in ("key", "tuned", "LR-only (its own)"):
+        table.add_column(col, justify="right")
+    best, own = doc["best"], doc.get("defaults") or {}
+    table.add_row("log2 LR", f"{best.get('log2_lr', float('nan')):+.3f}",
+                  "-" if doc["baseline_log2_lr"] is None else f"{doc['baseline_log2_lr']:+.3f}")
+    for k in doc["keys"]:
+        table.add_row(k, f"{best[k]:.4g}", "-" if k not in own else f"{own[k]:.4g}")
+    console.print(table)
+    steps, wall = doc["run_steps"], doc["wall_time_s"]
+    console.print(f"budget: search {steps.get('search', 0):,} run-steps ({wall.get('search', 0):.0f} s), LR-only baseline "
+                  f"{steps.get('baseline', 0):,} ({wall.get('baseline', 0):.0f} s), confirming {steps.get('confirm', 0):,} "
+                  f"({wall.get('confirm', 0):.0f} s); {len(doc['rounds'])} round(s)")
+    n = (doc.get("tuned") or {}).get("n", 0)
+    console.print(f"{doc['metric']} at {n} fresh seed(s), 95% interval: tuned [bold]{_ci(doc.get('tuned'))}[/], "
+                  f"LR-only {_ci(doc.get('global_lr'))}; gain (LR-only minus tuned, paired by seed): "
+                  f"[bold]{_ci(doc.get('gain'), '+.4f')}[/]")
+
+
+def check(doc: dict) -> None:
+    """A transfer check's result (`analysis.transfer.Check.dict`)."""
+    from rich.table import Table
+
+    from lrtransfer.cli.show import wide_console
+
+    console = wide_console()
+    axis = doc["axis"]
+    table = Table(title=f"study={doc['study']}: each tuned key scanned by 2^f around its tuned value along {axis} "
+                  f"({', '.join(map(str, doc['scales']))})", title_justify="left")
+    for col in ("key", f"best log2 factor per {axis}", f"drift per doubling [95%]", "verdict",
+                f"cost of not retuning at {axis}={doc['scales'][-1]}"):
+        table.add_column(col, justify="right")
+    for k, r in doc["keys"].items():
+        bests = ", ".join("-" if b is None else f"{b:+.2f}" for b in r["best_log2_factor"])
+        ci = r["drift_ci"]
+        drift = "-" if r["drift"] is None else f"{r['drift']:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        cost, se = r["cost_of_not_retuning"][-1], r["cost_se"][-1]
+        table.add_row(k, bests, drift, r["verdict"], "-" if cost is None else f"{cost:.4f}" + ("" if se is None else f" ± {se:.4f}"))
+    console.print(table)
+    h = doc.get("headline") or {}
+    if h:
+        parts = [f"tuned {_ci(h['tuned'])}"]
+        for name in ("transferred", "retuned"):
+            if name in h:
+                parts.append(f"LR-only with its LR {name} (log2 {h[name]['log2_lr']:+.2f}): {_ci(h[name]['loss'])}, "
+                             f"gain {_ci(h[name]['gain'], '+.4f')}")
+        console.print(f"at {axis}={h['scale']}: " + "; ".join(parts))
