@@ -183,17 +183,22 @@ def _check_adaptive(cfg: Config) -> None:
         raise ConfigError(f"lr.resolution={res:g} is coarser than adaptive.coarse_step={a.coarse_step:g}: "
                           "round 1's grid would already be finer")
     within("adaptive.coarse_step", a.coarse_step, MAX_OCTAVES, "octaves (the widest LR grid)")
-    if a.budget is not None:
-        positive("adaptive.budget", a.budget)
-        within("adaptive.budget", a.budget, MAX_BUDGET, "run-steps")
-    if a.budget_s is not None:
-        positive("adaptive.budget_s", a.budget_s)
-        within("adaptive.budget_s", a.budget_s, MAX_BUDGET_S, "seconds (a year)")
+    _check_budget("adaptive", a)
     positive("adaptive.max_seeds", a.max_seeds)
     within("adaptive.max_seeds", a.max_seeds, MAX_SEEDS, "seeds per scale")
     if not (math.isfinite(a.extend) and a.extend >= 0):
         raise ConfigError(f"adaptive.extend must be a number of octaves >= 0, got {a.extend!r}")
     within("adaptive.extend", a.extend, MAX_OCTAVES, "octaves (the widest LR grid)")
+
+
+def _check_budget(section: str, node) -> None:
+    """A section's `budget` (run-steps) and `budget_s` (seconds): null, or positive within sane bounds."""
+    if node.budget is not None:
+        positive(f"{section}.budget", node.budget)
+        within(f"{section}.budget", node.budget, MAX_BUDGET, "run-steps")
+    if node.budget_s is not None:
+        positive(f"{section}.budget_s", node.budget_s)
+        within(f"{section}.budget_s", node.budget_s, MAX_BUDGET_S, "seconds (a year)")
 
 
 MAX_SCAN = 10  # octaves a transfer check's factor may move a tuned value
@@ -212,12 +217,7 @@ def _check_search(cfg: Config) -> None:
     within("search.round_size", s.round_size, MAX_RUNS_PER_JOB, "points a round")
     positive("search.seeds", s.seeds)
     within("search.seeds", s.seeds, MAX_SEEDS, "seeds")
-    if s.budget is not None:
-        positive("search.budget", s.budget)
-        within("search.budget", s.budget, MAX_BUDGET, "run-steps")
-    if s.budget_s is not None:
-        positive("search.budget_s", s.budget_s)
-        within("search.budget_s", s.budget_s, MAX_BUDGET_S, "seconds (a year)")
+    _check_budget("search", s)
     if not 0 < s.radius <= 1:
         raise ConfigError(f"search.radius={s.radius!r} must be in (0, 1] (a half-side in the search box's unit coordinates)")
     if not 0 < s.shrink < 1:
