@@ -246,6 +246,13 @@ CATALOGUE = [
     ("zero muP attention multiplier", ["param=mup", "param.attn_mult=0"], "param.attn_mult must be positive, got 0.0"),
     ("unknown tied-table convention", ["param=mup", "param.tied_init=shared"],
      "param.tied_init: Invalid value 'shared', expected one of [embedding, readout]"),
+    ("unknown hyperparameter role", ["hp.attn.lr_mult=2"], "unknown key 'hp.attn' in 'hp' (did you mean 'attention'?)"),
+    ("unknown hyperparameter", ["hp.hidden.lr_mul=2"], "unknown key 'hp.hidden.lr_mul' in 'hp.hidden' (did you mean 'lr_mult'?)"),
+    ("a role the model has not", ["hp.attention.lr_mult=2"], "hp.attention.lr_mult: model=mlp has no role attention"),
+    ("a hyperparameter the optimizer has not", ["optim=sgd", "hp.hidden.eps_mult=2"], "hp.hidden.eps_mult: optim=sgd has no eps"),
+    ("a negative LR multiplier", ["hp.readout.lr_mult=-1"], "hp.readout.lr_mult=-1.0 must be >= 0"),
+    ("an empty search range", ["search.hp.hidden.lr_mult=[4,0.25]"], "search.hp.hidden.lr_mult=[4.0, 0.25] is an empty range"),
+    ("a log range from 0", ["search.lr=[0,0.01]"], "search.lr=[0.0, 0.01]: learning rates are searched log-uniformly"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]

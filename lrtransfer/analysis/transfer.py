@@ -26,6 +26,7 @@ from lrtransfer.analysis.statistics import CONFIDENCE, N_RESAMPLES, transfer_cos
 from lrtransfer.analysis.tuning import estimate, loss_column
 
 SCAN = "scan"
+NAMED = ("model.name", "model.class", "data.name", "optim.name", "param.name")  # what a check's figures say it is
 LR = "lr"
 BETAS = ("beta1", "beta2")
 
@@ -105,12 +106,14 @@ def read(study: str, df: pd.DataFrame, metric: str = "train_loss") -> Check:
     scales = sorted(scale_value(s) for s in df[axis].unique())
     col = loss_column(metric)
     check = Check(study, axis, scales, metric, [LR, *keys], centre, reference)
+    first = df.iloc[0]
+    named = {"study": study, **{k: first[k] for k in NAMED if k in df and isinstance(first[k], str)}}
     curves = []
     for k in check.keys:
         sub = scan_of(df, k, keys, centre)
         if sub[axis].nunique() < 1 or sub["log2_lr"].nunique() < 2:
             continue
-        g = analyse(sub, axis, {"study": study, "key": k}, col, np.random.default_rng(0), N_RESAMPLES)
+        g = analyse(sub, axis, {**named, "key": k}, col, np.random.default_rng(0), N_RESAMPLES)
         _seeds, tables = seed_tables(sub, axis, col, g.scales)
         g.transfer_log2_lr = 0.0
         g.transfer_loss, g.transfer_cost, g.transfer_cost_se = transfer_cost(

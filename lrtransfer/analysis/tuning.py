@@ -57,6 +57,7 @@ class Search:
     baseline_log2_lr: float | None  # the LR-only twin's best LR
     baseline_loss: float | None
     defaults: dict  # each key's value in the baseline (the job's own)
+    ranges: dict = field(default_factory=dict)  # each searched key's [lo, hi], as given
     tuned: Estimate | None = None  # the best point at fresh seeds
     global_lr: Estimate | None = None  # the baseline's best at the same seeds
     gain: Estimate | None = None  # global_lr - tuned, paired by seed (positive: the search's point is better)
@@ -72,7 +73,8 @@ class Search:
                 "tuned": None if self.tuned is None else self.tuned.dict(),
                 "global_lr": None if self.global_lr is None else self.global_lr.dict(),
                 "gain": None if self.gain is None else self.gain.dict(), "confidence": CONFIDENCE,
-                "rounds": self.rounds, "run_steps": self.run_steps, "wall_time_s": self.wall_time_s}
+                "ranges": self.ranges, "rounds": self.rounds, "run_steps": self.run_steps,
+                "wall_time_s": self.wall_time_s}
 
 
 def loss_column(metric: str) -> str:
@@ -115,6 +117,10 @@ def read(study: str, df: pd.DataFrame) -> Search:
                  None if base_row is None else float(base_row["log2_lr"]),
                  None if base_row is None else float(base_row["loss"]), {})
     out.rounds = _rounds(found, base, df)
+    for k in keys:
+        given = df[f"search.{k}"].dropna() if f"search.{k}" in df else []
+        if len(given):
+            out.ranges[k] = json.loads(given.iloc[0]) if isinstance(given.iloc[0], str) else list(given.iloc[0])
     out.points = pd.concat([found.assign(arm=SEARCH), base.assign(arm=BASELINE)], ignore_index=True)
     confirm = df[kind == CONFIRM]
     for arm, part in (("search", found), ("baseline", base), ("confirm", confirm)):

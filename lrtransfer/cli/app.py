@@ -154,7 +154,7 @@ def _check_flags(argv: list[str]) -> None:
         flag = arg.split("=", 1)[0]
         if arg.startswith("-") and flag not in HYDRA_FLAGS:
             raise UserError(f"unknown option {flag} for sweep; valid: --plan, --rerun, --until-decided, --budget, "
-                            "--transfer-from TUNED, --cfg job [--resolve], --info, --config-dir DIR, -h (lrtransfer sweep -h)")
+                            "--cfg job [--resolve], --info, --config-dir DIR, --transfer-from TUNED, -h (lrtransfer sweep -h)")
         i += 2 if HYDRA_FLAGS.get(arg) else 1  # a flag's value (--config-dir DIR) is no option
 
 
@@ -245,10 +245,12 @@ def plot(
     analysis.check_metric(metric)
     out = _writable(out, folder=True) if out is not None else None
     with show.warnings_to_stderr():
-        groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
+        found = analysis.scan_runs(directory)
+        groups = analysis.scanned_groups(found, metric)
     show.group_warnings(groups)
     _check_curves_lr(curves_lr, groups)
     paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
+    paths += tuning.figures_of(found, out or Path(directory) / "figures", metric)
     for p in paths:
         typer.echo(f"wrote {p} (+ .pdf)")
     for study in plots.without_curves(groups):
@@ -334,7 +336,8 @@ def export(
     fmt = resolve_format(fmt, out)
     path = _writable(out, folder=False) if out is not None else Path(directory) / f"runs.{fmt}"
     with show.warnings_to_stderr():
-        table = analysis.export_frame(analysis.load_runs(directory))
+        found = analysis.scan_runs(directory)  # the LR curves' runs, and a search's or a check's rows
+        table = analysis.export_frame(found.runs if found.points.empty else tuning.with_points(found))
     write_table(table, path, fmt)
     typer.echo(f"wrote {path} ({len(table)} runs, {len(table.columns)} columns)")
 

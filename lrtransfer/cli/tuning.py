@@ -133,3 +133,21 @@ def check(doc: dict) -> None:
                 parts.append(f"LR-only with its LR {name} (log2 {h[name]['log2_lr']:+.2f}): {_ci(h[name]['loss'])}, "
                              f"gain {_ci(h[name]['gain'], '+.4f')}")
         console.print(f"at {axis}={h['scale']}: " + "; ".join(parts))
+
+
+def figures_of(found, out, metric: str) -> list:
+    """The figures of every search and transfer check in a scanned folder (`plot`)."""
+    if found.points.empty:
+        return []
+    from lrtransfer.analysis.transfer import checks
+    from lrtransfer.analysis.tuning import searches
+    from lrtransfer.reporting.tuning import save_figures
+
+    return save_figures(searches(found.points), checks(found.points, metric), out)
+
+
+def with_points(found):
+    """The runs of the LR curves and the rows of searches and checks, as one table (`export`)."""
+    import pandas as pd
+
+    return pd.concat([found.runs, found.points], ignore_index=True)

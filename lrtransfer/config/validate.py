@@ -90,6 +90,9 @@ def _check_per_run_key(cfg: Config, key: str, where: str) -> None:
             hp.check_applies(key, cfg.optim, cfg.model)
         except ConfigError as e:
             raise ConfigError(f"{where}: {str(e).partition(': ')[2]}") from None
+        if key.endswith(".eps_mult"):  # Adam's epsilon is one per tensor for every run of a job
+            raise ConfigError(f"{where}: Adam's epsilon cannot differ between the runs of a job in this version; set "
+                              f"{key}=VALUE per job (a sweep over it: {key}=a,b,c)")
         return
     valid = per_run_keys(cfg)
     if key not in valid:

@@ -42,7 +42,8 @@ ROLES = (*BASE_ROLES, *PART_ROLES, "group")
 NAMES = ("lr_mult", "init_mult", "beta1", "beta2", "eps_mult", "wd_mult")
 # The names only an optimizer with Adam's moments has, and the option key each one needs
 ADAM_NAMES = {"beta1": "beta1", "beta2": "beta2", "eps_mult": "eps"}
-# The names the per-tensor update of the parameterization's optimizer pass reads (not the init)
+# Names the optimizer cannot apply per tensor yet (Adam's betas are one per job), refused in one line
+PENDING = ("beta1", "beta2")
 SPECIFIC_FIRST = ("group", *PART_ROLES)  # the roles that override a tensor's base role, most specific first
 
 
@@ -125,6 +126,9 @@ def check_applies(k: str, optim, model, param=None) -> None:
     no such parts (`model`'s options declare theirs, `PARTS`). Whether the built model has a
     tensor of the role is checked once it is built (`unused_roles`)."""
     role, name = split(k)
+    if name in PENDING:
+        raise ConfigError(f"{k}: per-tensor Adam betas are not in this version yet; valid names here: "
+                          f"{', '.join(n for n in NAMES if n not in PENDING)}")
     if name in ADAM_NAMES and not hasattr(optim, ADAM_NAMES[name]):
         raise ConfigError(f"{k}: optim={optim.name} has no {ADAM_NAMES[name]} (it is not Adam-like); "
                           f"valid names here: {', '.join(n for n in NAMES if n not in ADAM_NAMES)}")

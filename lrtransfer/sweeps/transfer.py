@@ -101,7 +101,7 @@ def run(sweeper, job_overrides: list[list[str]]):
     base, s = tuned(folder)
     factors = sorted(set([0.0, *first.search.scan]))
     jobs = []
-    for user in [[], *job_overrides]:
+    for user in [base_scale(base, job_overrides), *job_overrides]:
         mine = {_key(o) for o in user} | {"name"}  # the check is a study of its own
         overrides = [o for o in base if _key(o) not in mine] + list(user)
         if not any(_key(o) == "name" for o in user):
@@ -130,6 +130,19 @@ def run(sweeper, job_overrides: list[list[str]]):
     folders = _run_round(sweeper, jobs, report)
     report.tuning = folders[0].parent if folders else study_dir(first.results_dir, first.name)
     return report
+
+
+SETTINGS = ("name", "results_dir", "search.", "engine.", "tracker.", "adaptive.", "hydra.")  # where and how jobs run
+
+
+def base_scale(base: list[str], job_overrides: list[list[str]]) -> list[str]:
+    """What the sweep's jobs say of the base scale's: where and how they run (`SETTINGS`), and each
+    override every job gives alike that the search's base job left at its default (`train.steps=100`
+    for the whole check); a key the search set (its scale: width=64) keeps the search's value."""
+    searched = {_key(o) for o in base}
+    common = set.intersection(*(set(j) for j in job_overrides))
+    return [o for o in job_overrides[0] if o in common
+            and (_key(o).startswith(SETTINGS) or _key(o) not in searched)]
 
 
 def _key(override: str) -> str:
