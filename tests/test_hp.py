@@ -144,3 +144,25 @@ def test_dropping_one_roles_per_run_values_fails_the_exactness_check(case, monke
         together = trained(over, vector_runs(vectors), "train.steps=8")
         monkeypatch.setattr(Tuning, "value", honest)
         assert any(r.history_loss != ref.history_loss for r, ref in zip(together, alone)), role
+
+
+def test_inspect_prints_each_tensors_effective_lr_eps_decay_and_init(cli):
+    over = ["inspect", "model=transformer", "data=text", "width=32", "depth=1", "engine.device=cpu", "param=completep",
+            "param.base_width=32", "optim.weight_decay=0.1", "--json"]
+    code, out, err = cli(*over)
+    assert code == 0, err
+    plain = {r["name"]: r for r in json.loads(out)["tensors"]}
+    code, out, err = cli(*over, "hp.attention.lr_mult=2", "hp.mlp.init_mult=3", "hp.vector.wd_mult=0.5",
+                         "hp.readout.eps_mult=4", "--log2-lr", "-8")
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = {r["name"]: r for r in doc["tensors"]}
+    q = next(n for n in rows if n.endswith(".q.weight"))
+    mlp = next(n for n in rows if rows[n]["hp_role"] == "mlp")
+    bias = next(n for n in rows if n.endswith(".q.bias"))
+    head = next(n for n in rows if rows[n]["hp_role"] == "readout")
+    assert rows[q]["hp_role"] == "attention" and rows[q]["lr"] == pytest.approx(2.0**-8 * plain[q]["lr_mult"] * 2)
+    assert rows[mlp]["init_std"] == pytest.approx(3 * plain[mlp]["init_std"], rel=1e-6)  # the same draw, x 3
+    assert rows[bias]["decay"] == pytest.approx(0.1 * 0.5) and rows[q]["decay"] == pytest.approx(0.1)
+    assert rows[head]["eps"] == pytest.approx(1e-8 * 4 * plain[head]["eps_mult"])
+    assert rows[mlp]["lr"] == pytest.approx(2.0**-8 * plain[mlp]["lr_mult"])  # hp.attention does not reach the MLP

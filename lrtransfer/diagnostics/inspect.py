@@ -45,6 +45,28 @@ def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: in
     return _rows(*_built(cfg, input_shape, output_dim, seed), decay_1d=getattr(cfg.optim, "decay_1d", True))
 
 
+def effective(param, slots, optim, log2_lr: float | None) -> list[dict]:
+    """Each tensor's effective settings for one run: its per-module role (`hp.<role>`: the most specific
+    that holds it), Adam's epsilon, the weight decay per step (the schedule's factor 1) and, given
+    the run's log2 LR, its LR; what the update computes with, `hp.*` and the rule's multipliers in."""
+    from lrtransfer.options.param.tuning import roles_of
+
+    lr = torch.tensor([2.0 ** (log2_lr if log2_lr is not None else 0.0)], dtype=torch.float64)
+    decays = param.decays(slots, lr, 1.0, optim) if hasattr(optim, "weight_decay") else None
+    out = []
+    for i, slot in enumerate(slots):
+        roles = roles_of(slot.atom, slot.name)
+        row = {"hp_role": roles[0] if roles else None,
+               "eps": float(optim.eps * slot.eps_mult) if hasattr(optim, "eps") else None,
+               "decay": 0.0 if decays is None else float(decays[i][0])}
+        if log2_lr is not None:
+            row["lr"] = float(param.rates([slot], lr)[0][0]) if param.target_norm(slot) is None else None
+        elif getattr(optim, "decay_scaling", None) is not None and optim.decay_scaling.value == "lr":
+            row["decay"] = None  # decay x the LR: needs the run's LR (--log2-lr)
+        out.append(row)
+    return out
+
+
 def _rows(param, model, decay_1d: bool = True) -> list[dict]:
     names = {id(p): n for n, p in model.named_parameters()}
     names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
@@ -73,8 +95,9 @@ def _rows(param, model, decay_1d: bool = True) -> list[dict]:
     return rows
 
 
-def inspect(cfg: Config) -> dict:
-    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes)."""
+def inspect(cfg: Config, log2_lr: float | None = None) -> dict:
+    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes); each
+    tensor's effective epsilon, decay per step and (given `log2_lr`) LR beside its multipliers."""
     from lrtransfer.training import build
     from lrtransfer.options.data import ensure_files
 
@@ -86,6 +109,10 @@ def inspect(cfg: Config) -> dict:
         model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
     doc["attention_scale"] = seen.scale()
     doc["tensors"] = _rows(param, model, decay_1d=getattr(cfg.optim, "decay_1d", True))
+    for row, more in zip(doc["tensors"], effective(param, param.slots(model), cfg.optim, log2_lr)):
+        row.update(more)
+    if log2_lr is not None:
+        doc["log2_lr"] = log2_lr
     notes = []
     if hasattr(model, "notes"):  # model=custom: what the rules do unseen, and what they cannot reach
         notes = model.notes(param) + [f"note: {m}" for m in said] + branch_notes(model)
@@ -146,6 +173,10 @@ def _num(v) -> str:
 def table(doc: dict) -> str:
     """One width's rows as a text table."""
     extra = [(k, h) for k, h in (("eps_mult", "eps mult"), ("wd_mult", "wd mult")) if _varies(doc, k)]
+    tuned = "hp" in doc["config"] or "lr" in doc["tensors"][0]  # a run's own settings: show what it trains with
+    extra += [(k, h) for k, h in (("hp_role", "hp role"), ("lr", "lr"), ("eps", "eps"), ("decay", "decay/step"))
+              if tuned and any(r.get(k) is not None for r in doc["tensors"])
+              and (k != "decay" or any(r.get(k) for r in doc["tensors"]))]
     extra += [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
               if any(r[k] is not None for r in doc["tensors"])]
     head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
@@ -153,7 +184,7 @@ def table(doc: dict) -> str:
     for r in doc["tensors"]:
         fwd = _num(r["forward_mult"]) + (f", {_num(r['readout_mult'])} as readout" if r.get("readout_mult") is not None else "")
         row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_std"]), fwd, _num(r["lr_mult"])]
-        rows.append(row + [_num(r[k]) for k, _ in extra])
+        rows.append(row + [r[k] if isinstance(r.get(k), str) else _num(r.get(k)) for k, _ in extra])
     return _format(head, rows)
 
 
