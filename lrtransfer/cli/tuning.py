@@ -119,7 +119,8 @@ def check(doc: dict) -> None:
                 f"cost of not retuning at {axis}={doc['scales'][-1]}"):
         table.add_column(col, justify="right")
     for k, r in doc["keys"].items():
-        bests = ", ".join("-" if b is None else f"{b:+.2f}" for b in r["best_log2_factor"])
+        bests = ", ".join("-" if b is None else f"{b:+.2f}" + ("" if w == "interior" else " (edge)")
+                          for b, w in zip(r["best_log2_factor"], r["where"]))
         ci = r["drift_ci"]
         drift = "-" if r["drift"] is None else f"{r['drift']:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
         cost, se = r["cost_of_not_retuning"][-1], r["cost_se"][-1]

@@ -310,8 +310,11 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
                 raise ConfigError(f"unknown key 'search.{key}'{choices(['search.' + k for k in known_search], 'search.' + key)}")
         known_grid = list(flatten(grid_schema()()))
         for key in flatten(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
+            if key.startswith("hp."):
+                hp.split(key)  # the unknown role or name, with the valid ones
             if key not in known_grid:
-                raise ConfigError(f"unknown key 'grid.{key}'{choices(['grid.' + k for k in known_grid], 'grid.' + key)}")
+                own = ['grid.' + k for k in known_grid if not k.startswith("hp.")]
+                raise ConfigError(f"unknown key 'grid.{key}'{choices(own, 'grid.' + key)}, grid.hp.<role>.<name>")
         for key, node in cfg.items():
             sub = SECTIONS.get(key)
             if sub is None and key in GROUPS:
