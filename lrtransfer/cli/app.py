@@ -90,8 +90,11 @@ def sweep(
     argv = list(overrides or [])
     _check_flags(argv)
     argv += until_decided_overrides(until_decided, budget)
-    if transfer_from is not None:
-        argv.append(f"search.transfer_from='{transfer_from.resolve()}'")
+    if transfer_from is not None:  # by default the check is a study beside the tuned one: TUNED_check
+        tuned = transfer_from.resolve()
+        given = {a.split("=", 1)[0].lstrip("+") for a in argv}
+        argv += [f"search.transfer_from='{tuned}'"] + [f"{k}={v}" for k, v in (("results_dir", f"'{tuned.parent}'"),
+                                                                              ("name", f"{tuned.name}_check")) if k not in given]
     if "-h" in argv:  # Hydra's own app help would list internal groups
         from lrtransfer.cli.catalog import help_text
 
