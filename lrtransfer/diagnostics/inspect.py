@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.overrides import TorchFunctionMode
 
-from lrtransfer.config import Config, semantic
+from lrtransfer.config import Config, semantic, tuned_keys
 from lrtransfer.errors import collected
 from lrtransfer.nn import Residual, is_one_dimensional
 
@@ -104,6 +104,7 @@ def inspect(cfg: Config, log2_lr: float | None = None) -> dict:
     ensure_files(cfg.data)
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
+    build.unused_roles(param.tune, param.slots(model), tuned_keys(cfg))  # an hp role no tensor has: one line
     doc = {"config": config_dict(cfg), "branch_mult": branch_mult(model)}
     with torch.no_grad(), collected() as said, AttentionScales() as seen:  # warnings said once: as notes
         model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs

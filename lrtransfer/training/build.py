@@ -158,8 +158,10 @@ def check(built: Built) -> None:
 def unused_roles(tune: Tuning, slots: Sequence[Slot], keys: Sequence[str]) -> None:
     """Refuse an `hp.<role>.*` key (set, or varied per run) whose role holds no tensor of the model."""
     held = tune.used_roles((s.atom, s.name) for s in slots)
+    tied = any(s.atom.tied is not None for s in slots)
     for k in keys:
         role = k.split(".")[1]
         if role not in held:
-            raise ConfigError(f"{k}: no tensor of this model has the role {role}; roles it has: "
+            why = " (its readout is its token table, one tensor: an embedding's)" if role == "readout" and tied else ""
+            raise ConfigError(f"{k}: no tensor of this model has the role {role}{why}; roles it has: "
                               f"{', '.join(r for r in hp.ROLES if r in held)}")
