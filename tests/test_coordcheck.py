@@ -106,3 +106,75 @@ def test_each_width_is_the_mean_over_its_seeds_at_a_constant_lr_whatever_the_sch
             want = [(a + b) / 2 for a, b in zip(first[layer][t], second[layer][t])]
             assert values == pytest.approx(want, rel=1e-5), (layer, t)
     assert small("train.schedule=cosine", "train.warmup_steps=2", "train.steps=3") == first
+
+
+# ---------------------------------------------------------------- a user's or a published model: its own modules
+def published(name: str) -> list[str]:
+    from tests.test_published import FAMILIES, NANOGPT
+
+    if name == "custom":  # a model of one's own: its blocks in a ModuleList
+        return ["model=custom", "model.target=examples/mynets.py:LayerNormMLP", "depth=4"]
+    if name != "nanogpt":
+        pytest.importorskip("transformers", reason="transformers is in the hf extra")
+    return ["model=custom", *(o.format(path=NANOGPT) for o in FAMILIES[name]), "data=text", "data.seq_len=8",
+            "train.batch_size=2", "depth=2"]
+
+
+ROWS = {  # the rows a coordinate check of each shows: the blocks' modules, the embeddings, the final norm, the readout
+    "nanogpt": ["transformer.wte", "transformer.wpe", *(f"transformer.h.{i}.{m}" for i in (0, 1)
+                                                      for m in ("ln_1", "attn", "ln_2", "mlp")),
+                "transformer.ln_f", "lm_head", "output"],
+    "gpt2": ["transformer.wte", "transformer.wpe", *(f"transformer.h.{i}.{m}" for i in (0, 1)
+                                                   for m in ("ln_1", "attn", "ln_2", "mlp")),
+             "transformer.ln_f", "lm_head", "output"],
+    "custom": ["embed", "blocks.0.0", "blocks.0.1", "blocks.1.0", "blocks.1.1", "head", "output"],
+}
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_a_published_or_custom_model_has_a_row_per_module(name, cli, tmp_path):
+    """Before, the check of a model=custom saw only its logits: one row, `output`."""
+    code, out, err = cli("coord-check", *published(name), "width=16,32", "--steps", "1", "--seeds", "1",
+                         "engine.device=cpu", "engine.progress=false", "--out", str(tmp_path))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "coord.json").read_text())
+    assert doc["layers"] == ROWS[name]
+    row, group = ("blocks.1.1", "blocks.*.1") if name == "custom" else ("transformer.h.1.attn", "transformer.h.*.attn")
+    assert doc["groups"][row] == group and f"{group} (2 blocks)" in out  # the table: a row per group
+    assert all(v > 0 for layer in doc["layers"] for v in doc["values"][layer][0])
+
+
+def test_a_models_rows_are_each_runs_own_batched_or_one_at_a_time():
+    """Each run's mean |output| of each module, read inside the vmapped forward: the numbers a forward of
+    one run at a time reads (float64), and the readout's (lm_head) the logits' (the data's vocabulary is
+    the model's)."""
+    over = [*published("nanogpt"), "width=16,32", "train.dtype=float64", "engine.device=cpu"]
+    batched = coordcheck.measure(compose(over, default_widths=None), steps=2, seeds=2)
+    alone = coordcheck.measure(compose([*over, "engine.batched=false"], default_widths=None), steps=2, seeds=2)
+    assert batched.layers == alone.layers == ROWS["nanogpt"]
+    for layer in batched.layers:
+        assert batched.values[layer] == [pytest.approx(v, rel=1e-10) for v in alone.values[layer]], layer
+    assert batched.values["lm_head"] == [pytest.approx(v, rel=1e-12) for v in batched.values["output"]]
+    assert batched.values["transformer.h.0.attn"] != batched.values["transformer.h.1.attn"]  # each block its own
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ROWS))
+def test_a_models_blocks_grow_under_sp_and_stay_flat_under_mup(name):
+    """Widths 64..512, 3 steps of Adam at each grid's middle LR (2^-9), 2 seeds; on the text (context 32,
+    batch 16) for nanoGPT and GPT-2, the default data for the custom model. Measured at the full text's
+    context (docs/parameterizations.md): SP's attention and MLP outputs +1.3..+2.0 after 3 steps (their
+    own N(0, 0.02) init grows them from the start), muP's every block row within +-0.09; the custom
+    model's readout +0.56 under SP, -0.02 under muP."""
+    over = [*published(name), "width=64,128,256,512", "engine.device=cpu"]
+    over = [o.replace("data.seq_len=8", "data.seq_len=32").replace("train.batch_size=2", "train.batch_size=16")
+            for o in over]
+    sp, mup = (coordcheck.measure(compose([*over, f"param={p}"], default_widths=None), steps=3, seeds=2)
+               for p in ("standard", "mup"))
+    blocks = [layer for layer in mup.layers if layer in mup.groups and layer != mup.groups[layer]]
+    assert blocks and all(abs(s) < 0.2 for layer in blocks for s in mup.slopes()[layer]), mup.slopes()
+    if name == "custom":
+        assert sp.slopes()["head"][3] > 0.3 and abs(mup.slopes()["head"][3]) < 0.1
+    else:
+        grown = [sp.slopes()[layer][3] for layer in blocks if layer.endswith((".attn", ".mlp"))]
+        assert len(grown) == 4 and min(grown) > 0.5, sp.slopes()

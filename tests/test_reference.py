@@ -180,7 +180,8 @@ def test_inspect_tables_at_several_widths_show_the_ratios(cli):
     assert (std, fwd, lr, eps) == (pytest.approx(0.5, rel=0.02), 1.0, 0.25, 0.25)  # init std halves, Adam LR and eps / 4
 
 
-def test_inspect_refuses_a_sweep_other_than_width(cli):
+def test_inspect_refuses_a_list_of_other_than_numbers(cli):
     code, _, err = cli("inspect", "param=mup,standard")
     assert code == 2 and err.strip().splitlines() == [
-        "error: inspect runs one config: only width may list values, not 'param=mup,standard'"]
+        "error: inspect runs one config per scale: only width or another key of numbers (depth=2,4) may list values, "
+        "not 'param=mup,standard'"]

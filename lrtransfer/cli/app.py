@@ -414,31 +414,35 @@ def inspect(
     overrides: Optional[List[str]] = typer.Argument(
         None,
         help="Config overrides as for sweep (param=mup width=256 param.base_width=64 ...); width=64,256,1024 "
-        "prints one table per width and the ratios between them; lrtransfer sweep -h lists the groups and keys.",
+        "(depth=2,4,8, any key of numbers) prints one table per config and the ratios between them; "
+        "lrtransfer sweep -h lists the groups and keys.",
         show_default=False,
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON: {config, tensors} (a list of them for several widths)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: {config, tensors} (a list of them for several configs)."),
     log2_lr: Optional[float] = typer.Option(
         None, "--log2-lr", help="A run's log2 LR: each tensor's effective LR (and decay, under decay_scaling=lr) at it."),
 ) -> None:
-    """Each trained tensor's role, init std (seed 0), forward and LR multipliers, and under param=modular its target norm;
-    with hp.* set or --log2-lr, each tensor's hyperparameter role and effective LR, epsilon and decay per step."""
+    """Each trained tensor's role, init mean and std (seed 0), forward and LR multipliers, and under param=modular its target
+    norm; with hp.* set or --log2-lr, each tensor's hyperparameter role and effective LR, epsilon and decay per step."""
     from lrtransfer.diagnostics import inspect as inspection
     from lrtransfer.diagnostics.compose import compose
 
     usage.refuse_flags(ctx, overrides or [])
-    cfgs = compose(list(overrides or []), default_widths=None, min_widths=1, command="inspect")
+    cfgs = compose(list(overrides or []), default_widths=None, min_widths=1, command="inspect", scales=True)
     docs = [inspection.inspect(cfg, log2_lr) for cfg in cfgs]
     if as_json:
         typer.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
         return
+    keys = inspection.varying(docs) if len(docs) > 1 else []
     for doc in docs:
-        typer.echo(f"== {inspection.describe(doc)}")
+        typer.echo(f"== {inspection.describe(doc, keys)}")
         typer.echo(inspection.table(doc) + "\n")
         for note in doc.get("notes", []):
             typer.echo(note)
     if len(docs) > 1:
-        typer.echo("== ratios to the first width")
+        first = " ".join(f"{k}={inspection.value_of(docs[0]['config'], k)}" for k in keys)
+        typer.echo("== ratios to the first width" if keys == ["width"] else
+                   f"== ratios to the first config ({first}; each column names its config by {','.join(keys)})")
         typer.echo(inspection.ratio_table(docs))
 
 

@@ -2,12 +2,12 @@
 
 A user who asks "is this muP as the `mup` package has it?" needs the numbers, not
 the code: for the composed config, one row per trained tensor with its role, its
-initial std measured on the built model (seed 0, the first seed a sweep trains),
-its forward multiplier, its learning-rate multiplier for the configured optimizer
+initial mean and std measured on the built model (seed 0, the first seed a sweep
+trains: a unit gain and a zero bias, both of std 0, differ in their mean), its forward multiplier, its learning-rate multiplier for the configured optimizer
 and, where the LR is a norm, the tensor's target norm at LR 1 (param=modular: with
 the atom's mass and sensitivity, when the whole network's target is 1; param=spectral:
 sqrt(fan_out / fan_in) for a weight, 1 for a vector). At several
-widths the ratios between them show the scaling rule itself. The reference tests
+widths (or depths, or any scale) the ratios between them show the scaling rule itself. The reference tests
 (tests/test_reference.py) compare these rows with numbers the `mup` and `modula`
 packages produced.
 """
@@ -81,6 +81,7 @@ def _rows(param, model, decay_1d: bool = True) -> list[dict]:
             "role": (atom.role if slot.name in ("weight", "tensor") else VECTOR)
             + (" (readout)" if atom.tag == "readout" and slot.name == "weight" else "")
             + (f" (tied readout {atom.tied.name})" if tied else ""),
+            "init_mean": float(t.double().mean()),
             "init_std": float(t.double().std()) if t.numel() > 1 else 0.0,
             "forward_mult": float(atom.weight_mult if slot.name == "weight" else
                                   atom.bias_mult if slot.name == "bias" else 1.0),
@@ -180,30 +181,66 @@ def table(doc: dict) -> str:
               and (k != "decay" or any(r.get(k) for r in doc["tensors"]))]
     extra += [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
               if any(r[k] is not None for r in doc["tensors"])]
-    head = ["tensor", "shape", "role", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
+    head = ["tensor", "shape", "role", "init mean", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
     rows = []
     for r in doc["tensors"]:
         fwd = _num(r["forward_mult"]) + (f", {_num(r['readout_mult'])} as readout" if r.get("readout_mult") is not None else "")
-        row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_std"]), fwd, _num(r["lr_mult"])]
+        row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_mean"]), _num(r["init_std"]), fwd,
+               _num(r["lr_mult"])]
         rows.append(row + [r[k] if isinstance(r.get(k), str) else _num(r.get(k)) for k, _ in extra])
     return _format(head, rows)
 
 
 def ratio_table(docs: list[dict]) -> str:
-    """Each tensor's value at every width over its value at the first: the scaling rule, read off."""
-    widths = [d["config"]["width"] for d in docs]
+    """Each tensor's value in every config over its value in the first (the scaling rule, read off),
+    the configs named by the keys that differ between them (`varying`). A tensor is the same one in
+    another config where it has the same name and role and its shape differs only by the width; else
+    (a deeper MLP's `layers.2` is hidden, not the readout) it is `-` there."""
+    labels = [",".join(str(value_of(d["config"], k)) for k in varying(docs)) for d in docs]
     columns = [c for c in COLUMNS if any(r.get(c) is not None for r in docs[0]["tensors"])
                and (c not in UNLESS_ONE or any(_varies(d, c) for d in docs))]
-    head = ["tensor"] + [f"{c} {w}/{widths[0]}" for c in columns for w in widths[1:]]
+    head = ["tensor"] + [f"{c} {label}/{labels[0]}" for c in columns for label in labels[1:]]
+    width = docs[0]["config"]["width"]
+    same = [{r["name"]: r for r in d["tensors"]} for d in docs[1:]]
     rows = []
-    for i, first in enumerate(docs[0]["tensors"]):
+    for first in docs[0]["tensors"]:
         row = [first["name"]]
+        found = [_same(first, named.get(first["name"]), width, d["config"]["width"]) for named, d in zip(same, docs[1:])]
         for c in columns:
-            for d in docs[1:]:
-                a, b = first[c], d["tensors"][i][c]
+            for other in found:
+                a, b = first[c], other.get(c) if other else None
                 row.append("-" if a is None or b is None else (_num(b / a) if a else ("1" if not b else "inf")))
         rows.append(row)
     return _format(head, rows)
+
+
+def _same(row: dict, other: dict | None, width: int, other_width: int) -> dict | None:
+    """`other` where it is `row`'s tensor at another config: its role, and its shape but for the width."""
+    if other is None or other["role"] != row["role"] or len(other["shape"]) != len(row["shape"]):
+        return None
+    fits = all(a == b or a * other_width == b * width for a, b in zip(row["shape"], other["shape"]))
+    return other if fits else None
+
+
+def varying(docs: list[dict]) -> list[str]:
+    """The config keys (dotted) whose values differ between the docs: width first, then depth, then
+    the others as the config orders them."""
+    keys = [k for k in _keys(docs[0]["config"]) if len({repr(value_of(d["config"], k)) for d in docs}) > 1]
+    return sorted(keys, key=lambda k: (k != "width", k != "depth"))
+
+
+def _keys(config: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in config.items():
+        out += _keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+    return out
+
+
+def value_of(config: dict, key: str):
+    """A dotted key's value in a plain config (None where it has none)."""
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def _varies(doc: dict, key: str) -> bool:
@@ -216,8 +253,11 @@ def _format(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def describe(doc: dict) -> str:
+def describe(doc: dict, keys: list[str] = ()) -> str:
+    """The config's model, parameterization, optimizer, width and depth, and `keys` (the others a list
+    of configs varies in)."""
     c = doc["config"]
+    more = "".join(f" {k}={value_of(c, k)}" for k in keys if k not in ("width", "depth"))
     return (f"model={c['model']['name']} param={c['param']['name']} optim={c['optim']['name']} "
-            f"width={c['width']} depth={c['depth']}")
+            f"width={c['width']} depth={c['depth']}{more}")
 

@@ -6,7 +6,8 @@ they hang in (`Module`), each atom with its role (input, hidden, output); `compo
 the nodes without weights (nonlinearities, pooling, composition, residuals, layer norm);
 `linalg.py`: norms, Newton-Schulz and a weight's matrix view, shared by the modular norm,
 the spectral parameterization and Muon; `roles.py` and `wrapped.py`: a user's own
-`nn.Module` seen as atoms (`model=custom`).
+`nn.Module` seen as atoms (`model=custom`), `causal.py` whether it reads ahead, `taps.py`
+its modules' outputs for the coordinate check.
 
 What this folder may import: torch, nothing of lrtransfer but `errors`. Everything
 above (the options, the engine) builds on it.

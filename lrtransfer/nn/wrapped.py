@@ -40,7 +40,9 @@ from torch.overrides import TorchFunctionMode
 
 from lrtransfer.errors import ConfigError, one_line, warn
 from lrtransfer.nn.atoms import OUTPUT, Atom, Module, scaled
+from lrtransfer.nn.causal import reads_ahead
 from lrtransfer.nn.roles import Layer
+from lrtransfer.nn.taps import Taps, coord_modules
 
 
 class ReadoutUse(Atom):
@@ -176,6 +178,11 @@ class Custom(Module):
         for name in self.frozen:
             p = params[name]
             self.stacked.register_buffer(_key(name), p.detach().unsqueeze(0).repeat(runs, *[1] * p.dim()).clone())
+        # the module's logits at a position change with a later token (no causal mask): said at the first
+        # forward on tokens, whose targets are the next ones (`causal.reads_ahead`); None: not known
+        self.reads_ahead = self._reads_ahead(net, layers, input_shape) if params else None
+        # an embedding with a padding row (BERT's word table): under vmap, its gradient as a loop's (`PaddingRows`)
+        self.padded = any(isinstance(m, nn.Embedding) and m.padding_idx is not None for m in net.modules())
         _strip(net)
         self.net = net
         self.batched = True  # vmap over the runs; False once vmap could not run the module
@@ -187,6 +194,26 @@ class Custom(Module):
         # (`stream`: (seed, device) -> that state); random: whether the forward draws (None: not seen yet)
         self.stream, self.random, self.streams = stream, None, None
         self.seeds = [0] * runs  # each run's seed (`draw_own_init`)
+        self.taps, self.tapped = None, {}  # the coordinate check's hooks, and what they read (`start_taps`)
+
+    def _reads_ahead(self, net: nn.Module, layers: list[Layer], input_shape: tuple[int, ...]) -> bool | None:
+        """`causal.reads_ahead` on the module as built (seed 0's own init, its dropout off), where it
+        reads token sequences (one input dimension and an embedding table)."""
+        if len(input_shape) != 1 or not any(layer.kind == "embedding" for layer in layers):
+            return None
+        if any(t.is_meta for t in net.parameters()):  # a check before training: no values to compare
+            return None
+
+        def logits(x: Tensor) -> Tensor:
+            return self.logits_of(net(x, **({"targets": torch.zeros_like(x)} if self.takes_targets else {})))
+
+        was, own_loss = net.training, self.own_loss
+        net.eval()
+        try:
+            return reads_ahead(logits, input_shape[0], self.output_dim)
+        finally:
+            net.train(was)
+            self.own_loss = own_loss
 
     @property
     def frozen_source(self) -> str:
@@ -223,14 +250,19 @@ class Custom(Module):
         return params, buffers
 
     takes_targets = False  # the forward takes `targets` (nanoGPT's): given zeros, so that it returns every position
+    vmapping = False  # a forward under vmap is running (`_vmapped`)
 
     def _call(self, params: dict, buffers: dict, x: Tensor) -> Tensor:
         kwargs = {"targets": torch.zeros_like(x)} if self.takes_targets and not torch.is_floating_point(x) else {}
         try:
-            with AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext():
+            with (AttentionScale(self) if self.attention_scale is not None else contextlib.nullcontext(),
+                  PaddingRows() if self.vmapping and self.padded else contextlib.nullcontext()):
                 out = torch.func.functional_call(self.net, (params, buffers), (x,), kwargs, tie_weights=False)
         except Exception as e:  # a context longer than the module's own (its position table): one line
-            line = self.explain(e, x.shape[-1]) if self.explain is not None and not torch.is_floating_point(x) else None
+            # not under vmap: what stops vmap (a random draw in its error mode, an operation it cannot batch)
+            # is vmap's, and the runs then go as they can (`_vmap`, `forward`), where a context too long fails too
+            explain = self.explain is not None and not self.vmapping and not torch.is_floating_point(x)
+            line = self.explain(e, x.shape[-1]) if explain else None
             if line is None:
                 raise
             raise ConfigError(line) from None
@@ -280,7 +312,9 @@ class Custom(Module):
                 for n, t in mine.items():
                     t.register_hook(functools.partial(self._reached_by, n, k))
             with self._in_stream([k], x.device):
-                ys.append(self._call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k]))
+                call = self._call_of(x)
+                y = call(mine, {n: b[k] for n, b in buffers.items()}, x if shared else x[k])
+                ys.append(y if call == self._call else self._keep_taps(*y, [k]))
         return ys[0].unsqueeze(0) if self.runs == 1 else torch.stack(ys)
 
     def _reached_by(self, name: str, k: int, grad: Tensor) -> None:
@@ -329,27 +363,67 @@ class Custom(Module):
             mine = {n: b.index_select(0, idx) for n, b in buffers.items()}
             with self._in_stream(runs, x.device):
                 ys.append(self._vmapped({n: p.index_select(0, idx) for n, p in params.items()}, mine,
-                                        x if shared else x.index_select(0, idx), shared, "same"))
+                                        x if shared else x.index_select(0, idx), shared, "same", runs))
             with torch.no_grad():
                 for n, b in buffers.items():
                     b.index_copy_(0, idx, mine[n])
         order = torch.tensor([k for runs in groups for k in runs], device=x.device).argsort()
         return torch.cat(ys).index_select(0, order)
 
-    def _vmapped(self, params: dict, buffers: dict, x: Tensor, shared: bool, randomness: str) -> Tensor:
+    def _vmapped(self, params: dict, buffers: dict, x: Tensor, shared: bool, randomness: str,
+                 runs: list[int] | None = None) -> Tensor:
+        """The runs (`runs`, None: all) under vmap at once."""
+        self.vmapping = True
         try:
             with plain_attention(x.device):
-                return torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness=randomness)(
+                call = self._call_of(x)
+                y = torch.func.vmap(call, in_dims=(0, 0, None if shared else 0), randomness=randomness)(
                     params, buffers, x)
+                return y if call == self._call else self._keep_taps(*y, runs)
         except RuntimeError as e:
             if "randomness error mode" not in str(e) or self.random is None:
                 raise
             raise self._draws_late() from None
+        finally:
+            self.vmapping = False
 
     def _draws_late(self) -> ConfigError:
         return ConfigError(f"model.target={self.target}: its forward draws random numbers at some steps and not at its "
                            "first, so its runs' draws cannot each follow their own seed; draw them at every step "
                            "(dropout of rate 0 draws none)")
+
+    # ---- what the coordinate check records: its submodules' outputs, each run's (nn/taps.py)
+    def start_taps(self) -> dict[str, str]:
+        """From the next forward on, each run's mean |output| of the modules `taps.coord_modules` picks,
+        in `tapped` ({path: (K,)}, in the order the forward first reaches them); returns {path: its group}."""
+        groups = coord_modules(self.net, [a for names in self.aliases.values() for a in names])
+        self.taps, self.tapped = Taps({p: self.net.get_submodule(p) for p in groups}), {}
+        return groups
+
+    def stop_taps(self) -> None:
+        if self.taps is not None:
+            self.taps.remove()
+        self.taps = None
+
+    def _call_of(self, x: Tensor) -> Callable:
+        """What a run's (or, under vmap, every run's) forward calls: `_call`, or while the taps record,
+        `_read_taps` (the logits and what the taps read, which vmap returns with one value per run)."""
+        return self._call if self.taps is None or x.device.type == "meta" else self._read_taps
+
+    def _read_taps(self, params: dict, buffers: dict, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        self.taps.current = {}
+        try:
+            return self._call(params, buffers, x), self.taps.current
+        finally:
+            self.taps.current = None
+
+    def _keep_taps(self, y: Tensor, read: dict[str, Tensor], runs: list[int] | None) -> Tensor:
+        """What the taps read for `runs` (None: all; each value (len(runs),), or 0-dim for one run), kept
+        in `tapped`; returns the logits."""
+        for path, v in read.items():
+            held = self.tapped.setdefault(path, torch.full((self.runs,), float("nan"), dtype=v.dtype, device=v.device))
+            held[slice(None) if runs is None else torch.tensor(runs, device=v.device)] = v
+        return y
 
     # ---- random draws: each run's from its own stream
     @contextlib.contextmanager
@@ -426,6 +500,12 @@ class Custom(Module):
         if self.own_loss and not self.told:
             self.told = True
             warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
+        if self.reads_ahead and not torch.is_floating_point(x):
+            self.reads_ahead = False  # said once a model (`warn`: once a job)
+            warn(f"model.target={self.target} has no causal mask: its logits at a position change when a later token "
+                 "does, and each position's target is the next token, so it sees what it predicts (its loss falls by "
+                 "copying its input); give it a causal mask (transformers: a decoder, is_decoder=True) or study a "
+                 "causal model")
         self._check(y, x, shared)
         if torch.is_grad_enabled():
             self._said(y)
@@ -636,6 +716,30 @@ class AttentionScale(TorchFunctionMode):
             kwargs = {**kwargs, "scale": d**-0.5 * self.model.attention_scale(d)}
             self.model.sdpa_calls += 1
         return func(*args, **kwargs)
+
+
+class PaddingRows(TorchFunctionMode):
+    """Under vmap: an embedding's `padding_idx` row gets no gradient from the positions that read it,
+    in every run. vmap's batching rule for the embedding's backward (torch 2.13) offsets each run's
+    token ids into one flat table and keeps padding_idx as it is, so only the first run's padding
+    row is held (BERT's word table: token 0 of every later run trained, unlike a plain loop). Here
+    the lookup runs without padding_idx and the padding positions' rows are detached: the same
+    values, and the gradient a plain loop's embedding gives."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not nn.functional.embedding:
+            return func(*args, **kwargs)
+        bound = inspect.signature(nn.functional.embedding).bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        pad = given["padding_idx"]
+        if pad is None:
+            return func(**given)
+        ids, weight = given["input"], given["weight"]
+        pad = pad + weight.shape[0] if pad < 0 else pad
+        out = func(**{**given, "padding_idx": None})  # (*ids.shape, dim)
+        return torch.where((ids == pad).unsqueeze(-1), out.detach(), out)
 
 
 def cuda_devices(device: torch.device) -> list:

@@ -376,18 +376,32 @@ def check_vocabulary(target: str, layers: list, output_dim: int, fields: dict[st
                       f"and lrtransfer sets it to {output_dim}")
 
 
+# What names a context length: a field (block_size, n_ctx, max_position_embeddings, a `ctx` or `seq_len`
+# of a model's own) or a position table (wpe, position_embeddings, pos_emb). Other sizes below the data's
+# length (BERT's type_vocab_size, a head count) are not a context, whatever their value.
+CONTEXT_WORDS = ("ctx", "context", "position", "block_size", "seq_len", "seq_length", "max_len")
+POSITION_WORDS = ("pos", "wpe")
+
+
+def names_context(name: str, words=CONTEXT_WORDS) -> bool:
+    return name in CONTEXT_KEYS or any(w in name.lower() for w in words)
+
+
 def context_failure(target: str, layers: list, output_dim: int, fields: dict[str, int]) -> Callable:
     """(error, context length) -> one line when a token model failed on the data's context because
-    its own is shorter (a position table, a field below the data's length), else None."""
-    tables = {layer.fan_in: layer.path for layer in layers if layer.kind == "embedding"}
+    its own is shorter (a field that names a context, or a position table, below the data's length),
+    else None: the error is then said as it is."""
+    tables = {layer.fan_in: layer.path for layer in layers if layer.kind == "embedding"
+              and names_context(layer.path.rpartition(".")[2], CONTEXT_WORDS + POSITION_WORDS)}
 
     def explain(e: Exception, length: int) -> str | None:
-        short = {k: v for k, v in fields.items() if v < length and v in tables and v != output_dim}
-        rows = sorted(r for r in tables if r < length and r != output_dim)
+        short = {k: v for k, v in fields.items() if v < length and names_context(k)}
+        rows = sorted(r for r in tables if r < length)
         if not short and not rows:
             return None
         sizes = sorted(set(short.values()) | set(rows))
-        where = [_fields_of(fields, sizes)] + [f"{tables[r]} has {r} rows" for r in rows]
+        named = {k: v for k, v in fields.items() if names_context(k)}
+        where = [_fields_of(named, sizes)] + [f"{tables[r]} has {r} rows" for r in rows]
         return (f"model.target={target} fails on the data's context of {length} tokens (data.seq_len; {one_line(e)}): "
                 f"its own is {' or '.join(map(str, sizes))} ({'; '.join(where)}): name the field that sets its context "
                 f"with model.context_key, and lrtransfer sets it to {length}, or lower data.seq_len")
