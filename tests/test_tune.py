@@ -214,3 +214,20 @@ def test_bad_tune_input_is_one_line_before_training(cli, tmp_path, args, fragmen
 def test_a_transfer_check_from_a_folder_without_a_search(cli, tmp_path):
     code, out, err = cli("sweep", "--transfer-from", str(tmp_path), "width=32", f"results_dir={tmp_path}")
     assert code == 2 and "no tune.json there" in err, err
+
+
+def test_a_search_block_in_a_study_yaml():
+    from lrtransfer.sweeps.multirun import shown
+    from lrtransfer.sweeps.tuning import points_override, space_of
+    from tests.conftest import typed
+
+    cfg = typed("study=tune")
+    space, lr_space = space_of(cfg)
+    assert space.keys[0] == "lr" and set(space.keys[1:]) == {"hp.embedding.lr_mult", "hp.hidden.lr_mult",
+                                                            "hp.hidden.init_mult", "hp.vector.lr_mult",
+                                                            "optim.weight_decay", "param.output_mult"}
+    assert cfg.search.policy == "trust_region" and cfg.model.name == "transformer" and lr_space.keys == ["lr"]
+    assert {d.key: d.log for d in space.dims}["optim.weight_decay"]  # both ends positive: log-uniform
+    line = points_override(["hp.hidden.lr_mult"], [-7.0, -6.0], [[1.0], [2.0]], "search", 3)
+    assert shown(line) == "points: search round 3, 2 rows"
+    assert typed(line).points.values == [[1.0], [2.0]]

@@ -58,6 +58,20 @@ def compose(sweeper, overrides: list[str]) -> DictConfig:
     return composed[key]
 
 
+def shown(override: str) -> str:
+    """An override as a job's line says it: a job's rows (`points=...`, hundreds of numbers) by what
+    they are (`points: search round 2, 32 rows`)."""
+    if not override.startswith("points="):
+        return override
+    import re
+
+    kind, rnd = re.search(r"kind:(\w+)", override), re.search(r"round:(\d+)", override)
+    lrs = re.search(r"log2_lr:\[([^\]]*)\]", override)
+    rows = len(lrs.group(1).split(",")) if lrs and lrs.group(1) else 0
+    what = (kind.group(1) if kind else "rows") + (f" round {rnd.group(1)}" if rnd and rnd.group(1) != "0" else "")
+    return f"points: {what}, {rows} rows"
+
+
 @dataclass
 class CheckedJob:
     """One job of a sweep, composed and validated, and what is on disk for it."""
@@ -86,7 +100,7 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     for overrides in job_overrides:
         cfg = compose(sweeper, overrides)
-        varying = " ".join(o for o in overrides if o not in common)
+        varying = " ".join(shown(o) for o in overrides if o not in common)
         try:
             typed = validate(cfg)
         except ConfigError as e:  # which job, where there are several
