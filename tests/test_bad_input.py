@@ -55,7 +55,7 @@ CATALOGUE = [
      "unknown option 'tensorbord' for tracker (did you mean 'tensorboard'?); valid: mlflow, none, tensorboard, wandb"),
     ("unknown W&B mode", ["tracker=wandb", "tracker.mode=ofline"],
      "tracker.mode: Invalid value 'ofline', expected one of [offline, online]"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, depth, horizon, mnist1d, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, depth, horizon, mnist1d, tune, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
