@@ -585,7 +585,7 @@ def test_a_record_whose_width_is_not_a_number(cli, two_widths, tmp_path, command
 USAGE = [
     ("unknown command", ["sumary", "{dir}"],
      "error: unknown command 'sumary'; did you mean summary? valid: sweep, summary, plot, report, predict, export, "
-     "list, coord-check, inspect, import (lrtransfer -h)"),
+     "list, coord-check, inspect, import, tune (lrtransfer -h)"),
     ("unknown option", ["plot", "{dir}", "--metrc", "eval_loss"],
      "error: unknown option --metrc for lrtransfer plot; did you mean --metric? valid: --curves-lr, --metric, --out, "
      "-h/--help (lrtransfer plot -h)"),
