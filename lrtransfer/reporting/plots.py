@@ -281,7 +281,7 @@ def joint_figure(g: Group, metric: str = "train_loss"):
             ax.grid(False)
             ax.set_yticks(range(len(values)), [f"{v:g}" for v in values])
             ax.set_title(f"{g.axis} {scale}")
-            ax.set_xlabel(f"log$_2$ {what}")
+            ax.set_xlabel("log$_2$ learning rate")
         axes[0].set_ylabel(joint.key)
         fig.colorbar(image, ax=axes, label=LABELS.get(metric, metric), shrink=0.9)
         drift = "n/a" if joint.value_drift is None else f"{joint.value_drift:+.2g}"
