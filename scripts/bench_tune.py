@@ -8,7 +8,9 @@ draws a random round:
   1. the batched ensemble of the K vectors against one run at a time (the reference path, a
      plain loop's: an ensemble of one, one vector after another), as run-steps per second;
   2. the same ensemble against a plain LR-only ensemble of the same K (its runs differ in the
-     LR alone, no per-run key): what carrying a vector per run costs.
+     LR alone, no per-run key, no weight decay), and against an LR-only ensemble whose job sets
+     the first vector's values once (the same work per step, weight decay included): what
+     carrying a vector per run costs over each.
 
 Steady-state steps are timed after warm-up, the modes interleaved over --rounds rounds and
 summarised by medians, each ratio also as the median of the rounds' own ratios with their
@@ -69,8 +71,10 @@ def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: floa
     over = [*MODELS[model], f"width={width}"]
     runs = vectors(model, K)
     plain = [Run(log2_lr=r.log2_lr, seed=0) for r in runs]
+    scalars = [f"{k}={v}" for k, v in runs[0].grid]  # the first vector, as the job's own values
     modes = {"vectors, batched": stepper(ensemble(over, runs), seconds),
-             "LR only, batched": stepper(ensemble(over, plain), seconds)}
+             "LR only, batched": stepper(ensemble(over, plain), seconds),
+             "LR only, one vector per job": stepper(ensemble([*over, *scalars], plain), seconds)}
     picks = [int(i) for i in np.linspace(0, K - 1, alone)]
     for i in picks:
         modes[f"vector {i}, alone"] = stepper(ensemble(over, [runs[i]]), seconds / 4)
@@ -80,10 +84,12 @@ def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: floa
         return [modes[name].steps * runs_per_step / x for x in t[name]]
 
     batched, lr_only = rate("vectors, batched", K), rate("LR only, batched", K)
+    same = rate("LR only, one vector per job", K)
     # one at a time: each round's mean seconds per run-step over the sampled vectors
     alone_rate = [1 / statistics.mean(1 / rate(f"vector {i}, alone", 1)[r] for i in picks) for r in range(rounds)]
     speed = [b / a for b, a in zip(batched, alone_rate)]
     cost = [lr / b - 1 for lr, b in zip(lr_only, batched)]
+    per_run = [x / b - 1 for x, b in zip(same, batched)]
     print(f"{model} width {width}, K = {K} vectors ({len(runs[0].grid)} keys per run beside the LR), "
           f"{torch.get_num_threads()} thread(s), {rounds} rounds:")
     print(f"  batched: {statistics.median(batched):,.0f} run-steps/s; one at a time ({alone} of the vectors, alone): "
@@ -91,6 +97,10 @@ def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: floa
     print(f"  LR-only ensemble of the same K: {statistics.median(lr_only):,.0f} run-steps/s -> per-run vectors cost "
           f"{100 * statistics.median(cost):+.1f}% [{100 * min(statistics.quantiles(cost, n=4) if rounds > 1 else cost):+.1f}, "
           f"{100 * max(statistics.quantiles(cost, n=4) if rounds > 1 else cost):+.1f}] per run-step")
+    print(f"  LR-only ensemble with the first vector as the job's own values (decay on, every key set once): "
+          f"{statistics.median(same):,.0f} run-steps/s -> one vector per run costs {100 * statistics.median(per_run):+.1f}% "
+          f"[{100 * min(statistics.quantiles(per_run, n=4) if rounds > 1 else per_run):+.1f}, "
+          f"{100 * max(statistics.quantiles(per_run, n=4) if rounds > 1 else per_run):+.1f}]")
     sys.stdout.flush()
 
 
