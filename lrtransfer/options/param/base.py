@@ -260,8 +260,10 @@ class Parameterization:
         With `decay_1d: false` biases and norm gains (`is_one_dimensional`) do not decay.
         """
         wd = optim.weight_decay
-        # this rule's factor, times hp.<role>.wd_mult (after the rule: a rule that replaces its own keeps it)
-        mults = [w if isinstance(s.wd_tuned, float) and s.wd_tuned == 1.0 else w * s.wd_tuned
+        # this rule's factor, times hp.<role>.wd_mult (after the rule: a rule that replaces its own keeps it);
+        # per-run values on lr's device, copied once (`tuning.on`): a step replayed as a CUDA graph copies none
+        dev = lr.device
+        mults = [w if isinstance(s.wd_tuned, float) and s.wd_tuned == 1.0 else w * on(s.wd_tuned, dev, cache=self._copies)
                  for s, w in zip(slots, self.decay_mults(slots, optim))]
         with_lr = optim.decay_scaling.value == "lr"
         if not isinstance(wd, Tensor) and not any(isinstance(x, Tensor) for x in mults) \
@@ -276,7 +278,7 @@ class Parameterization:
         # Some factor per run: the same products in float64, each rounded once to lr's dtype
         rounded = lambda terms: on(product(terms, lr.device), lr.device, lr.dtype)  # noqa: E731
         if with_lr:
-            return [lr * rounded([factor, wd, s.lr_mult, w]) for s, w in zip(slots, mults)]
+            return [lr * rounded([factor, wd, on(s.lr_mult, dev, cache=self._copies), w]) for s, w in zip(slots, mults)]
         alive = (lr > 0).to(lr.dtype)
         shared = alive * rounded([factor, wd])
         return [shared if isinstance(w, float | int) and w == 1 else alive * rounded([factor, wd, w]) for w in mults]
