@@ -166,3 +166,24 @@ def test_inspect_prints_each_tensors_effective_lr_eps_decay_and_init(cli):
     assert rows[bias]["decay"] == pytest.approx(0.1 * 0.5) and rows[q]["decay"] == pytest.approx(0.1)
     assert rows[head]["eps"] == pytest.approx(1e-8 * 4 * plain[head]["eps_mult"])
     assert rows[mlp]["lr"] == pytest.approx(2.0**-8 * plain[mlp]["lr_mult"])  # hp.attention does not reach the MLP
+
+
+def test_a_per_run_attention_multiplier_equals_a_job_configured_to_it_in_float64():
+    """muP's attn_mult per run (model=transformer): each run's factor multiplies its queries, where a job's own
+    factor is the attention's scale; the same numbers up to rounding (float64: rel. 1e-9), not bit for bit."""
+    over = ["model=transformer", *TEXT, "param=mup", "param.base_width=8", "train.dtype=float64", "train.steps=8"]
+    vectors = {"param.attn_mult": [0.25, 1.0, 4.0]}
+    together = trained(over, vector_runs(vectors))
+    alone = configured_alone(over, vectors, "train.steps=8")
+    for r, ref in zip(together, alone):
+        assert r.history_loss == pytest.approx(ref.history_loss, rel=1e-9)
+    assert len({r.final_loss for r in together}) == 3
+    one = trained(over, vector_runs(vectors), "engine.batched=false")
+    for a, b in zip(one, together):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
+
+
+def test_a_published_models_attention_takes_one_multiplier_per_job(cli, tmp_path):
+    code, out, err = cli("sweep", *NANO, "param=mup", "param.base_width=8", "train.steps=2", "lr.log2_min=-8",
+                         "lr.log2_max=-8", f"results_dir={tmp_path}", "grid.param.attn_mult=[0.5,2]")
+    assert code == 2 and "param.attn_mult per run: a published model's attention takes one scale per job" in err, err

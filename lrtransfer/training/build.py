@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from lrtransfer import options
-from lrtransfer.config import Config, Engine, Train, model_activation, tuned_keys
+from lrtransfer.config import (Config, Engine, Train, has_points, inner_grid, model_activation, tuned_keys,
+                               varied_keys)
 from lrtransfer.options.data import Task
 from lrtransfer.errors import ConfigError, UserError
 from lrtransfer.nn import Module
@@ -124,6 +125,9 @@ class Built:
     new_optimizer: Callable[..., Any]  # (slots, values) -> an optimizer for the parameterization's slots
     optim_options: Callable[..., Any]  # (values) -> the optimizer's options, whose weight decay the parameterization applies
     hp_keys: tuple[str, ...] = ()  # the per-module hyperparameters the job sets (`hp.*`, or per run): `check`'s
+    # one run's values of each key the runs vary ({"param.attn_mult": (1,) tensor}): what `check` builds with, so
+    # that a builder that cannot take a key per run (a published model's attention) refuses it before training
+    sample_values: dict = dataclasses.field(default_factory=dict)
 
 
 def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = None) -> Built:
@@ -140,7 +144,18 @@ def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = 
         new_optimizer=lambda slots, values=None: optimizer(cfg, slots, values),
         optim_options=lambda values=None: per_run(cfg.optim, "optim", values),
         hp_keys=tuple(tuned_keys(cfg)),
+        sample_values=sample_values(cfg),
     )
+
+
+def sample_values(cfg: Config) -> dict:
+    """One run's value of each per-run key of the job (its first row's, its grid's first value), as the
+    engine hands them: (1,) float64."""
+    keys = varied_keys(cfg)
+    if not keys:
+        return {}
+    first = cfg.points.values[0] if has_points(cfg) else [inner_grid(cfg)[1][0]]
+    return {k: torch.tensor([float(v)], dtype=torch.float64) for k, v in zip(keys, first)}
 
 
 def check(built: Built) -> None:
@@ -149,9 +164,10 @@ def check(built: Built) -> None:
     hidden matrix, an `hp.<role>` no tensor of the model has) is a one-line error before any
     job trains."""
     with torch.device("meta"):
-        param = built.new_param()
+        values = built.sample_values  # on the host: what the engine's values are copied from
+        param = built.new_param(values)
         slots = param.slots(built.new_model(param, 1))
-        built.new_optimizer(slots)
+        built.new_optimizer(slots, values)
     unused_roles(param.tune, slots, built.hp_keys)
 
 

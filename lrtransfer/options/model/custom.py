@@ -238,6 +238,9 @@ def at_base(own: OwnInit | None, make, layers, base_width: int) -> dict[str, flo
 def attention_rule(param):
     """d_head -> the factor on the module's own attention scale that `param`'s rule asks for,
     relative to SP's 1/sqrt(d_head) (muP: 1/sqrt(m), making it 1/d); None under SP's rule."""
+    if isinstance(param.attention_scale(64), torch.Tensor):
+        raise ConfigError("param.attn_mult per run: a published model's attention takes one scale per job (its own "
+                          "modules compute it); sweep it as a job's key (param.attn_mult=0.5,1,2), or use model=transformer")
     if not param.rescales_attention():
         return None
     return lambda d: param.attention_scale(d) * math.sqrt(d)

@@ -94,7 +94,12 @@ class CausalSelfAttention(Module):
 
     def __init__(self, width: int, heads: int, *, runs: int, bias: bool, scale: float, qkv_mult: float) -> None:
         super().__init__()
-        self.heads, self.d_head, self.scale, self.qkv_mult = heads, width // heads, scale, qkv_mult
+        self.heads, self.d_head, self.qkv_mult = heads, width // heads, qkv_mult
+        # the factor on q.k: a float, or one per run (a per-run `param.attn_mult`), then applied to q per run and the
+        # attention computed at scale 1 (a buffer: it moves and rounds with the model)
+        self.scale = None if isinstance(scale, Tensor) else scale
+        if isinstance(scale, Tensor):
+            self.register_buffer("scale_runs", scale.detach().clone(), persistent=False)
         self.q = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="query")
         self.k = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="key")
         self.v = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="value")
@@ -112,10 +117,12 @@ class CausalSelfAttention(Module):
         if self.qkv_mult != 1.0:
             q, k, v = q * self.qkv_mult, k * self.qkv_mult, v * self.qkv_mult
         K, B, H, T, D = q.shape
+        if self.scale is None:  # one factor per run: (K,) over q's run axis
+            q = q * self.scale_runs.view(K, 1, 1, 1, 1).to(q.dtype)
         with _float32_on_cpu(q) as full:
             y = F.scaled_dot_product_attention(  # (K * B, H, T, d_head): one sequence of one run at a time
                 full(q).reshape(K * B, H, T, D), full(k).reshape(K * B, H, T, D), full(v).reshape(K * B, H, T, D),
-                is_causal=True, scale=self.scale,
+                is_causal=True, scale=1.0 if self.scale is None else self.scale,
             )
         y = y.view(K, B, H, T, D).transpose(-3, -2).flatten(-2)  # (K, B, T, width)
         return self.o(y)
@@ -133,7 +140,8 @@ class CausalSelfAttention(Module):
         return qkv + [(self.o, self.o.mass / mass * target)]
 
     def extra_repr(self) -> str:
-        return f"heads={self.heads}, d_head={self.d_head}, scale={self.scale:.4g}, qkv_mult={self.qkv_mult:.4g}"
+        scale = "per run" if self.scale is None else f"{self.scale:.4g}"
+        return f"heads={self.heads}, d_head={self.d_head}, scale={scale}, qkv_mult={self.qkv_mult:.4g}"
 
 
 @contextmanager
