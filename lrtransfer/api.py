@@ -189,14 +189,17 @@ def load(directory: str | Path = "results") -> pd.DataFrame:
         return analysis.load_runs(directory)
 
 
-def summarize(directory: str | Path = "results", metric: str = "train_loss") -> list[dict]:
-    """The groups of `lrtransfer summary --json`: per scale the best log2 LR and its interval, the drift, a verdict."""
+def summarize(directory: str | Path = "results", metric: str = "train_loss", all_versions: bool = False) -> list[dict]:
+    """The groups of `lrtransfer summary --json`: per scale the best log2 LR and its interval, the drift, a verdict
+    (`all_versions`: each version of a group's data or model files a group, as `--all-versions`)."""
     from lrtransfer import analysis
 
     _directory(directory)
     analysis.check_metric(_text(metric, "metric", "train_loss"))
+    if not isinstance(all_versions, bool):
+        raise UserError(f"all_versions must be True or False, got {all_versions!r}")
     with user_errors():
-        return analysis.summarize(directory, metric)["groups"]
+        return analysis.summarize(directory, metric, all_versions)["groups"]
 
 
 def predict(directory: str | Path, at: float, axis: str | None = None, metric: str = "train_loss") -> list[dict]:

@@ -87,12 +87,15 @@ _console = None
 
 
 _said: set[str] = set()  # what `warn` said since the job (or the command) began: `new_scope`
+_shown: set[str] = set()  # what a `study` warning showed on screen since the command (or the sweep) began
 _collecting: list[list[str]] = []  # `collected`'s lists, innermost last
 
 
-def warn(message: str) -> None:
+def warn(message: str, study: bool = False) -> None:
     """A warning for the person at the screen (above the bars when a display is up) and in the job's log,
-    once a job: a model built for each ensemble of a job would otherwise say the same thing each time."""
+    once a job: a model built for each ensemble of a job would otherwise say the same thing each time.
+    `study`: a fact of the whole study (the model's own loss, the same in every job), logged in each
+    job's log but shown on screen once a process (once a sweep under the in-process launcher)."""
     if _collecting:
         _collecting[-1].append(message)
         return
@@ -100,12 +103,18 @@ def warn(message: str) -> None:
         return
     _said.add(message)
     log.warning(message)
+    if study and message in _shown:
+        return
+    _shown.add(message)
     console().print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
-def new_scope() -> None:
-    """A job (or a command) begins: what was said before in this process, it says again, once."""
+def new_scope(command: bool = False) -> None:
+    """A job (or, `command`, a command or a sweep) begins: what was said before in this process, it says
+    again, once; a `study` warning again on screen only in a new command."""
     _said.clear()
+    if command:
+        _shown.clear()
 
 
 @contextmanager

@@ -178,6 +178,9 @@ def record_problem(record: Any) -> str | None:
         return f"malformed record (config is a {type(record['config']).__name__}, not a mapping)"
     if not isinstance(record.get("job_id"), (str, type(None))):
         return f"malformed record (job_id={record['job_id']!r} is not a string)"
+    inputs = record.get("inputs", {})  # what its files held (`config.inputs`); older records lack it
+    if not (isinstance(inputs, dict) and all(isinstance(v, str) for v in inputs.values())):
+        return f"malformed record (inputs={shown(inputs)} is not a mapping of file fingerprints)"
     huge = _huge_int(record)
     if huge:
         return f"malformed record ({huge[0]}={shown(huge[1])} is beyond a 64-bit integer)"

@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from lrtransfer import analysis
-from lrtransfer.analysis.statistics import N_RESAMPLES, TOLERANCE
+from lrtransfer.analysis.statistics import N_RESAMPLES
+from lrtransfer.analysis.verdicts import TOLERANCE
 from lrtransfer.sweeps import rounds
 
 MODEL = Path(__file__).with_name("curve_model.json")

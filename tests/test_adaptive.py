@@ -52,7 +52,8 @@ def short_reference(short_run) -> dict:
 def test_an_adaptive_sweep_runs_in_rounds_until_it_ends_and_reads_like_any_study(cli, tmp_path):
     code, out, err = cli("sweep", *ADAPT, f"results_dir={tmp_path}", "name=a")
     assert code == 0, err
-    assert "round 1: 180 run-steps spent" in out  # 3 widths x 3 coarse LRs x 20 steps
+    assert "round 1: 180 run-steps spent (a run-step: one training step of one LR run)" in out  # 3 widths x 3 coarse LRs x 20 steps
+    assert out.count("a run-step:") == 1  # explained where first shown
     assert "next: width" in out and "extends to log2" in out and "seed 1 on its" in out
     assert "adaptive sweep:" in out and ("decided" in out or "undecided after" in out)
     found = records(tmp_path / "a")

@@ -587,10 +587,11 @@ USAGE = [
      "error: unknown command 'sumary'; did you mean summary? valid: sweep, summary, plot, report, predict, export, "
      "list, coord-check, inspect, import, tune (lrtransfer -h)"),
     ("unknown option", ["plot", "{dir}", "--metrc", "eval_loss"],
-     "error: unknown option --metrc for lrtransfer plot; did you mean --metric? valid: --curves-lr, --metric, --out, "
-     "-h/--help (lrtransfer plot -h)"),
+     "error: unknown option --metrc for lrtransfer plot; did you mean --metric? valid: --all-versions, --curves-lr, "
+     "--metric, --out, -h/--help (lrtransfer plot -h)"),
     ("unknown option, nothing close", ["summary", "{dir}", "--axis", "width"],
-     "error: unknown option --axis for lrtransfer summary; valid: --json, --metric, -h/--help (lrtransfer summary -h)"),
+     "error: unknown option --axis for lrtransfer summary; valid: --all-versions, --json, --metric, -h/--help "
+     "(lrtransfer summary -h)"),
     ("unknown option beside overrides", ["inspect", "width=8", "--out", "x"],
      "error: unknown option --out for lrtransfer inspect; valid: --json, -h/--help (lrtransfer inspect -h)"),
     ("mistyped option beside overrides", ["coord-check", "width=8,16", "--step=2"],

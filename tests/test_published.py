@@ -166,11 +166,11 @@ def test_a_short_sweep_under_standard_and_mup(family, cli, tmp_path):
         assert "returns a loss of its own: it is ignored" in err
 
 
-def test_each_note_once_a_job_and_the_models_prints_in_its_log(tmp_path):
+def test_each_note_once_and_the_models_prints_in_its_log(tmp_path):
     """A sweep as a user runs it (its own process) of nanoGPT, two jobs of two ensembles each: its
-    "loss of its own" said once a job, its "number of parameters" in each job's log and not on the
-    console, PyTorch's missing-batching-rule warning (from nanoGPT's attention at the base width and
-    from the rescaled call at twice it) once."""
+    "loss of its own", a fact of the study, said once on the console and in each job's log, its
+    "number of parameters" in each job's log and not on the console, PyTorch's missing-batching-rule
+    warning (from nanoGPT's attention at the base width and from the rescaled call at twice it) once."""
     over = [o.format(path=NANOGPT) for o in FAMILIES["nanogpt"]]
     out = subprocess.run(lrtransfer_cmd() + ["sweep", "model=custom", *over, *SMALL, "width=16,32", "param=mup",
                                              "param.base_width=16", "train.steps=2", "lr.log2_min=-8", "lr.log2_max=-7",
@@ -178,11 +178,12 @@ def test_each_note_once_a_job_and_the_models_prints_in_its_log(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     console = out.stdout + out.stderr
-    assert console.count("returns a loss of its own") == 2, console
+    assert console.count("returns a loss of its own") == 1, console
     assert "number of parameters" not in console
     assert console.count("There is a performance drop") <= 1, console
     logs = [p.read_text() for p in (tmp_path / "n").glob("*/job.log")]
     assert len(logs) == 2 and all("printed: number of parameters" in log for log in logs)
+    assert all(log.count("returns a loss of its own") == 1 for log in logs)
 
 
 def test_inspect_says_each_note_once_a_width(cli, tmp_path):

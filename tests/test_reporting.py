@@ -350,3 +350,30 @@ def test_export_to_a_parquet_path_writes_parquet(cli, two_params, tmp_path):
     code, out, err = cli("export", str(two_params), "--out", str(tmp_path / "x.parquet"))
     assert code == 0, err
     assert len(pd.read_parquet(tmp_path / "x.parquet")) > 0
+
+
+def test_the_running_mean_starts_where_it_has_its_window(tmp_path):
+    """A short run's loss falls fast at first: a window cut short there averaged only later, lower
+    losses and drew the mean below the first ones (4.29 where the first loss was 4.60). The solid
+    line is the centred mean of 9 recorded points wherever drawn, from the 5th point on."""
+    from lrtransfer.store import write_record
+
+    steps = list(range(30))
+    loss = [2.0 + 2.6 * np.exp(-s / 5) for s in steps]
+    for w in (64, 128):
+        runs = [{"lr": 2.0**x, "log2_lr": float(x), "seed": 0, "final_loss": loss[-1] + 0.01 * (x + 8) ** 2,
+                 "diverged": False, "history_step": steps, "history_loss": loss} for x in range(-10, -5)]
+        config = {"name": "s", "width": w, "depth": 2, "model": {"name": "mlp"}, "param": {"name": "standard"},
+                  "optim": {"name": "adam"}, "data": {"name": "teacher"}, "train": {"steps": 30}}
+        write_record(tmp_path / "s" / f"j{w}", {"job_id": f"j{w}", "status": "complete", "config": config, "runs": runs})
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    fig = plots.curves_figure([g])
+    solid = [x for x in fig.axes[0].get_lines() if x.get_gid() != "recorded"]
+    assert len(solid) == 2  # a line per width
+    for line in solid:
+        x, y = line.get_xdata(), line.get_ydata()
+        drawn = np.isfinite(y)
+        assert x[drawn][0] == 4 and x[drawn][-1] == 25  # the window's middle, at each end
+        assert y[drawn] == pytest.approx([np.mean(loss[i - 4 : i + 5]) for i in range(4, 26)])
+        assert y[drawn][0] > loss[4]  # above the curve it smooths (it bends up), never below the first losses
+    plt.close(fig)

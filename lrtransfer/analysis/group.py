@@ -34,8 +34,9 @@ from lrtransfer.analysis.statistics import (
     scale_optima,
     subgrid_optima,
     transfer_cost,
-    verdict,
+    widen,
 )
+from lrtransfer.analysis.verdicts import FIRM_SCALES, FIRM_SEEDS, ruled, verdict
 
 
 @dataclass
@@ -60,7 +61,9 @@ class Group:
     drift_ci: list[float] | None = None
     drift_scales: list[int | float] = field(default_factory=list)
     interval_method: str | None = None
+    # "tentative" where the interval's word is firm but the evidence is not (`verdicts.firm_evidence`)
     verdict: str = "undetermined"
+    leans: str = "undetermined"  # the interval's own word (`verdicts.verdict`): the verdict, or where a tentative one leans
     transfer_log2_lr: float | None = None
     transfer_loss: list[float | None] = field(default_factory=list)
     transfer_cost: list[float | None] = field(default_factory=list)
@@ -74,19 +77,24 @@ class Group:
     skipped_records: int = 0
     skipped_runs: int = 0
     failed_jobs: int = 0  # jobs of its study whose record says they failed: left out, as skipped ones
+    # Jobs left out as built from older versions of this group's data or model files (`versions`)
+    superseded_jobs: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return "  ".join(f"{k}={v}" for k, v in self.fixed.items())
 
 
-def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Group]:
+def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N_RESAMPLES, seed: int = 0,
+           all_versions: bool = False) -> list[Group]:
     """Every group of `df`, analysed. Deterministic: resampling uses a fixed `seed`.
 
     A group with a second inner axis (`grid.<key>`) is analysed along the LR at each
-    scale's best value, and its `joint` holds the value axis (`joint.best_values`)."""
+    scale's best value, and its `joint` holds the value axis (`joint.best_values`). A group whose
+    jobs were built from several versions of its inputs is its newest version's, with a warning
+    that names the others' jobs (`versions`); `all_versions`: a group per version."""
     out = []
-    for axis, fixed, sub in partition(df):
+    for axis, fixed, sub, old in partition(df, all_versions):
         rng = np.random.default_rng(seed)
         if "grid_key" in sub and sub["grid_key"].notna().any():
             joint, at_best = best_values(sub, axis, metric)
@@ -95,15 +103,18 @@ def groups(df: pd.DataFrame, metric: str = "train_loss", *, n_resamples: int = N
             g.warnings = joint_warnings(joint, axis, g.scales) + g.warnings
         else:
             g = analyse(sub, axis, fixed, metric, rng, n_resamples)
+        if old is not None:
+            g.superseded_jobs = old.jobs
+            g.warnings.insert(0, old.warning())
         out.append(g)
     return out
 
 
-def scanned_groups(found: Scan, metric: str = "train_loss") -> list[Group]:
+def scanned_groups(found: Scan, metric: str = "train_loss", all_versions: bool = False) -> list[Group]:
     """The groups of a scanned folder (`records.scan`), each told how many records of its study
     were skipped, with a warning that says so first: a verdict never reads as a whole study's
     when part of it could not be read."""
-    out = groups(found.runs, metric) if not found.runs.empty else []  # a folder of searches alone has no LR curves
+    out = groups(found.runs, metric, all_versions=all_versions) if not found.runs.empty else []  # searches alone: none
     for g in out:
         g.skipped_records, g.skipped_runs = found.skipped_in(str(g.fixed.get("study")))
         failed = [f for f in found.failed if f["study"] == str(g.fixed.get("study"))]
@@ -141,6 +152,11 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         fit = replicate_fit(x, np.array([opt.best[i] for i in used], dtype=float), counts, ss, df)
     else:
         fit = drift_fit(x, [opt.best[i] for i in used], resampled, method, inflate)
+        if len(used) == 2 and fit is not None:  # no scatter about a line through two points: the seeds' own spread
+            counts, ss, df = seed_spread(tables, [scales[i] for i in used], maximize, window)
+            if df >= 1:
+                widen(fit, replicate_fit(x, np.array([opt.best[i] for i in used], dtype=float), counts, ss, df,
+                                         adaptive=False))
     if fit is not None and fit.ci is None:
         warn.append("no interval: too few finite points to measure the noise; add seeds")
     on_edge = any(k in (EDGE_LOW, EDGE_HIGH) for k in opt.kind)  # the optimum may lie off the grid: no verdict
@@ -151,12 +167,19 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
 
     per = sub.groupby(axis)
     n_seeds = [int(per.get_group(s)["run_seed"].nunique()) for s in scales]
+    leans = "undetermined" if on_edge or fit is None else verdict(fit.ci)
+    ruling = ruled(leans, [n_seeds[i] for i in used])
     if fit is not None and fit.ci is not None and max(n_seeds) == 1:
         warn.append(one_seed_warning(axis, len(used), int(sub["run_seed"].iloc[0]), window is not None))
     elif fit is not None and fit.ci is not None and len(used) == 2 and window is None:
-        warn.append(f"two {axis}s: the interval is the seeds' bootstrap alone, with no scatter of the optima about the "
-                    "line to widen it, and a bootstrap over few seeds is too narrow (in scripts/interval_coverage.py's "
-                    f"studies it covered 72-83% of true drifts with 3-5 seeds, not 95%); a third {axis} adds that check")
+        warn.append(f"two {axis}s: the interval comes from the seeds alone (the wider of their bootstrap and a t interval "
+                    "from the spread of each seed's own optimum), with no scatter of the optima about a line to check "
+                    f"that the optimum moves in a straight line; a third {axis} adds that check")
+    if ruling == "tentative":
+        short = [f"{scales[i]}" for i in used if n_seeds[i] < FIRM_SEEDS]
+        warn.append(f"tentative: the interval says {leans}, but a firm verdict needs {FIRM_SCALES} {axis}s, or "
+                    f"{FIRM_SEEDS} seeds at each (docs/studies.md, 'How firm a verdict is'); {axis} "
+                    f"{', '.join(short)} {'has' if len(short) == 1 else 'have'} one seed")
     return Group(
         fixed=fixed,
         axis=axis,
@@ -176,7 +199,8 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         drift_ci=None if fit is None or fit.ci is None else list(fit.ci),
         drift_scales=[scales[i] for i in used],
         interval_method=None if fit is None else fit.method,
-        verdict="undetermined" if on_edge or fit is None else verdict(fit.ci),
+        verdict=ruling,
+        leans=leans,
         transfer_log2_lr=t_lr,
         transfer_loss=t_loss,
         transfer_cost=t_cost,

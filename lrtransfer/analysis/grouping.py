@@ -16,17 +16,29 @@ from __future__ import annotations
 import math
 import warnings
 from numbers import Real
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from lrtransfer.analysis.records import HISTORY_COLUMNS, RUN_COLUMNS, SCALE_AXES, SkippedRecordWarning, plain
+from lrtransfer.analysis import versions
+from lrtransfer.analysis.records import (
+    HISTORY_COLUMNS,
+    INPUTS,
+    JOB_COLUMNS,
+    RUN_COLUMNS,
+    SCALE_AXES,
+    SkippedRecordWarning,
+    plain,
+)
+from lrtransfer.analysis.versions import Superseded
 from lrtransfer.config import RUN_SETTINGS
 
 # Columns that never define a group: replicates, the LR grid, how a job ran and where
 # its results also went (RUN_SETTINGS: engine, tracker), the table imported runs came from.
-_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "job_id", "source")
-_NOT_GROUPING_PREFIX = ("lr.", "hydra.", *(f"{s}." for s in RUN_SETTINGS))
+_NOT_GROUPING = ("seed", "n_seeds", "results_dir", "source", *JOB_COLUMNS)
+# ... nor what a job was built from (`inputs.`): two versions of a group's files are one group's (`versions`)
+_NOT_GROUPING_PREFIX = ("lr.", "hydra.", INPUTS, *(f"{s}." for s in RUN_SETTINGS))
 # Config values worth naming in a group's `fixed` (besides whatever varies).
 SHOWN = ("study", "model.name", "model.class", "param.name", "optim.name", "data.name", "train.steps", "train.batch_size")
 
@@ -73,16 +85,63 @@ def scale_value(v) -> int | float:
     return int(v) if v.is_integer() else v
 
 
-def partition(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
-    """Each group's scale axis, defining values (`fixed`) and runs; studies in name order.
+class Part(NamedTuple):
+    """One group as `partition` finds it: its scale axis, defining values, runs, and the jobs left
+    out as built from older versions of its inputs (`versions.Superseded`; None: none were)."""
+
+    axis: str
+    fixed: dict
+    runs: pd.DataFrame
+    superseded: Superseded | None = None
+
+
+def partition(df: pd.DataFrame, all_versions: bool = False) -> list[Part]:
+    """Each group's scale axis, defining values (`fixed`) and runs; studies in name order, and a
+    study's groups in the order its sweeps gave them (`first_job`).
 
     Each study is grouped on its own, so that what a study's groups are called
-    never depends on the other studies in the folder.
+    never depends on the other studies in the folder. A group whose jobs were built from
+    several versions of its inputs (`versions`) is its newest version's runs, or with
+    `all_versions` a group per version.
     """
-    return [part for _, rows in df.groupby("study", sort=True) for part in _study_groups(rows)]
+    return [part for _, rows in df.groupby("study", sort=True) for part in _study_groups(rows, all_versions)]
 
 
-def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
+def versioned(df: pd.DataFrame, all_versions: bool = False) -> pd.DataFrame:
+    """The runs table as the other readers see it (`lrtransfer export`): without the runs of jobs
+    built from older versions of a group's inputs, which one warning per group names; with
+    `all_versions`, every run, and where a group has several versions its version's label
+    (`inputs`)."""
+    if not any(c.startswith(INPUTS) for c in df.columns):
+        return df
+    with warnings.catch_warnings():  # its runs held twice are each exported: no word about counting them once
+        warnings.simplefilter("ignore", SkippedRecordWarning)
+        parts = partition(df, all_versions)
+    if all_versions:
+        label = {j: p.fixed[versions.VERSION] for p in parts if versions.VERSION in p.fixed for j in p.runs["job_id"]}
+        return df.assign(**{versions.VERSION: df["job_id"].map(label)}) if label else df
+    old = {j for p in parts if p.superseded for j in p.superseded.jobs}
+    for p in parts:
+        if p.superseded:
+            where = "  ".join(f"{k}={v}" for k, v in p.fixed.items())
+            warnings.warn(f"{where}: {p.superseded.warning()}", SkippedRecordWarning, stacklevel=2)
+    return df[~df["job_id"].isin(old)] if old else df
+
+
+def first_job(runs: pd.DataFrame) -> tuple:
+    """When a group's first job started (its record's `created`, then its number in the sweep, which
+    ties within a second): the sweep's order, the command line's (`param=standard,mup` puts
+    standard first) or a study config's. Records that do not say (older ones) tie, and keep the
+    order of their keys."""
+    created = runs["created"].map(lambda c: c if isinstance(c, str) else "") if "created" in runs else None
+    index = pd.to_numeric(runs["sweep_index"], errors="coerce").fillna(0) if "sweep_index" in runs else None
+    if created is None:
+        return ("", 0)
+    pairs = list(zip(created, index if index is not None else [0] * len(runs)))
+    return min(pairs)
+
+
+def _study_groups(df: pd.DataFrame, all_versions: bool) -> list[Part]:
     # keys no job of this study has (other studies' options), or all null; a run column stays even
     # when empty (every run diverged: no loss at all), as the curves and counts are read off it
     df = df.drop(columns=[c for c in df.columns if c not in RUN_COLUMNS and df[c].isna().all()])
@@ -90,11 +149,20 @@ def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
     if axis not in SCALE_AXES:  # records hold config values as written: the axis' become numbers to sort and fit
         df = df.assign(**{axis: pd.to_numeric(df[axis])})
     keys = [c for c in config_columns(df) if c != axis]
-    df = _once_per_run(df, [*keys, axis])
-    shown = [k for k in (*SHOWN, *SCALE_AXES) if k != axis]
-    shown += [c for c in varying(df, keys) if c not in shown]
-    out = []
+    pieces: list[tuple[pd.DataFrame, str, Superseded | None]] = []
     for _, sub in df.groupby(keys, dropna=False, sort=True):
+        found = versions.split(sub)
+        if all_versions:
+            pieces += [(v.runs, v.label, None) for v in found]
+        else:
+            pieces.append((found[0].runs, found[0].label if len(found) == 1 else None, versions.superseded(found)))
+    pieces = _once_per_run(pieces, [*keys, axis])
+    pieces.sort(key=lambda p: first_job(p[0]))  # stable: records that do not say keep their keys' order
+    kept = pd.concat([p[0] for p in pieces]) if pieces else df
+    shown = [k for k in (*SHOWN, *SCALE_AXES) if k != axis]
+    shown += [c for c in varying(kept, keys) if c not in shown]
+    out = []
+    for sub, label, old in pieces:
         # values from the rows themselves: groupby's keys turn integers beside NaN into floats
         fixed_all = sub.iloc[0][keys].to_dict()
         # a key this group's config does not have (another parameterization's) is not shown
@@ -102,22 +170,28 @@ def _study_groups(df: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
         if "grid_key" in sub and sub["grid_key"].notna().any():  # a second inner axis: part of its name everywhere
             fixed.pop("grid_key", None)  # said once, as grid=
             fixed["grid"] = sub["grid_key"].dropna().iloc[0]
-        out.append((axis, {k: v for k, v in fixed.items() if v is not None}, sub))
+        if label:  # one of several versions of its inputs, all shown
+            fixed[versions.VERSION] = label
+        out.append(Part(axis, {k: v for k, v in fixed.items() if v is not None}, sub, old))
     return out
 
 
-def _once_per_run(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Each run once: two jobs of one study can hold the same run (seed=0,1,2, then seed=0 n_seeds=3
-    trains seeds 0-2 again in a job of another id), which would count it twice."""
-    same = [*keys, "run_seed", "log2_lr", *(["grid_value"] if "grid_value" in df else [])]
-    repeated = df.duplicated(subset=same, keep="first")
-    if repeated.any():
-        study = df["study"].iloc[0]
-        warnings.warn(f"study {study}: {int(repeated.sum())} run(s) are held by two jobs (the same seed and LR, as "
+def _once_per_run(pieces: list, keys: list[str]) -> list:
+    """Each run once: two jobs of one group can hold the same run (seed=0,1,2, then seed=0 n_seeds=3
+    trains seeds 0-2 again in a job of another id), which would count it twice. Jobs of two versions
+    of the inputs are never the same run: they are apart already (`versions`)."""
+    out, repeated = [], 0
+    for sub, label, old in pieces:
+        same = [*keys, "run_seed", "log2_lr", *(["grid_value"] if "grid_value" in sub else [])]
+        twice = sub.duplicated(subset=same, keep="first")
+        repeated += int(twice.sum())
+        out.append((sub[~twice], label, old))
+    if repeated:
+        study = pieces[0][0]["study"].iloc[0]
+        warnings.warn(f"study {study}: {repeated} run(s) are held by two jobs (the same seed and LR, as "
                       "seed=0,1,2 and then seed=0 n_seeds=3 train); each is counted once", SkippedRecordWarning,
-                      stacklevel=2)
-        df = df[~repeated]
-    return df
+                      stacklevel=3)
+    return out
 
 
 def varying(df: pd.DataFrame, keys: list[str]) -> list[str]:

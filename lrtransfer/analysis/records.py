@@ -53,6 +53,12 @@ RUN_COLUMNS = (
 HISTORY_COLUMNS = ("history_step", "history_loss")
 # What a job whose runs are rows (`points`) keeps of them as its config's columns: the rest are its runs
 POINTS_KEPT = ("points.kind", "points.round", "points.keys", "points.centre", "points.reference")
+# Per-job columns that are no config: the job, when it started (ISO time, UTC) and its number in its
+# sweep (Hydra's job number; readers list groups in that order).
+JOB_COLUMNS = ("job_id", "created", "sweep_index")
+# What a job was built from (its record's `inputs`: each data file by content, model.source), as
+# `inputs.<key>` columns: two versions of one group's files are told apart by them (`versions`).
+INPUTS = "inputs."
 
 
 class NoRecordsError(UserError, ValueError):
@@ -183,12 +189,25 @@ def table(records: Iterable[dict]) -> pd.DataFrame:
 def _frame(rows: list[dict]) -> pd.DataFrame:
     # object columns keep each config value as the record wrote it: an integer key
     # that some parameterizations lack stays an integer, not a float beside NaNs
-    df = pd.DataFrame(rows, dtype=object)
+    df = _legacy_inputs(pd.DataFrame(rows, dtype=object))
     if not df.empty:
         for m in ("run_seed", "lr", "log2_lr", "initial_loss", "grid_value", *METRICS, *SCALE_AXES):
             if m in df.columns:
                 df[m] = pd.to_numeric(df[m], errors="coerce")
         df["diverged"] = df["diverged"].astype(bool)
+    return df
+
+
+def _legacy_inputs(df: pd.DataFrame) -> pd.DataFrame:
+    """A config key whose value is itself an input (model.source, which `_rows` moves to its `inputs.`
+    column) is one in a record written before records kept `inputs` too: its config value fills
+    that column, and the config column goes (else such a record would form a group of its own).
+    Where no record has `inputs`, nothing changes: the key tells groups apart, as it did."""
+    for col in [c for c in df.columns if c.startswith(INPUTS)]:
+        key = col.removeprefix(INPUTS)
+        if key in df.columns and not (df[col].notna() & df[key].notna()).any():  # a data path is kept beside its content
+            df[col] = df[col].where(df[col].notna(), df[key])
+            df = df.drop(columns=key)
     return df
 
 
@@ -229,6 +248,15 @@ def _rows(rec: dict) -> list[dict]:
         del flat[k]
     if rows:
         flat["job_wall_time_s"] = rec.get("wall_time_s")
+    for k, v in (rec.get("inputs") or {}).items():
+        flat[INPUTS + k] = v
+        if flat.get(k) == v:  # model.source: its value is the input, no key that tells groups apart
+            del flat[k]
+    created, index = rec.get("created"), rec.get("sweep_index")  # a record that does not say has no such column
+    if isinstance(created, str):
+        flat["created"] = created
+    if isinstance(index, int) and not isinstance(index, bool):
+        flat["sweep_index"] = index
     out = []
     for run in rec["runs"]:
         extra = {} if found is None else {"grid_value": float(run["grid"][found[0]])}
@@ -282,7 +310,7 @@ def load_runs(root: str | Path) -> pd.DataFrame:
 def export_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The runs as a flat table (no per-step history): identity, config columns, then run columns."""
     run = [c for c in RUN_COLUMNS if c in df.columns]
-    first = [c for c in ("study", "job_id", *SCALE_AXES) if c in df.columns]
+    first = [c for c in ("study", *JOB_COLUMNS, *SCALE_AXES) if c in df.columns]
     config = sorted(c for c in df.columns if c not in (*first, *run, *HISTORY_COLUMNS))
     out = df[first + config + run].copy()
     out["diverged_step"] = pd.array(out["diverged_step"], dtype="Int64")

@@ -36,10 +36,8 @@ import pandas as pd
 
 from lrtransfer.analysis.records import plain
 
-TOLERANCE = 0.25  # |drift| (octaves per doubling) within which an optimum "transfers"
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
-VERDICTS = ("transfers", "drifts down", "drifts up", "inconclusive", "undetermined")
 # Where a scale's optimum sits on its LR grid.
 INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE = (
     "interior",
@@ -232,20 +230,6 @@ def _width(fit: Fit | None) -> float:
     return -1.0 if fit is None or fit.ci is None else fit.ci[1] - fit.ci[0]
 
 
-def verdict(ci: tuple[float, float] | None, tolerance: float = TOLERANCE) -> str:
-    """One word for the interval: within +-tolerance, clearly below/above 0, or neither."""
-    if ci is None:
-        return "undetermined"
-    lo, hi = ci
-    if -tolerance <= lo and hi <= tolerance:
-        return "transfers"
-    if hi < 0:
-        return "drifts down"
-    if lo > 0:
-        return "drifts up"
-    return "inconclusive"
-
-
 def inflation(n_seeds: int) -> float:
     """A bootstrap over S values spreads sqrt((S-1)/S) too little (plug-in variance); this undoes it."""
     return math.sqrt(n_seeds / (n_seeds - 1)) if n_seeds > 1 else 1.0
@@ -289,7 +273,15 @@ def drift_fit(x: np.ndarray, y: np.ndarray, boot: np.ndarray | None, method: str
     return fit
 
 
-def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float, within_df: int) -> Fit | None:
+def widen(fit: Fit, other: Fit | None) -> None:
+    """`fit` given `other`'s interval, band and method where `other`'s interval is the wider (the same
+    line: what a prediction reads of `fit`'s resampled optima stays)."""
+    if other is not None and _width(other) > _width(fit):
+        fit.ci, fit.method, fit.band_x, fit.band_lo, fit.band_hi = other.ci, other.method, other.band_x, other.band_lo, other.band_hi
+
+
+def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float, within_df: int,
+                  adaptive: bool = True) -> Fit | None:
     """The drift line of optima `y` (each the optimum of its scale's mean curve over n_i seeds)
     against log2 scales `x`, weighted by n_i, with the interval of a regression with replicates.
 
@@ -321,7 +313,8 @@ def replicate_fit(x: np.ndarray, y: np.ndarray, n: np.ndarray, within_ss: float,
     fewest, most = int(w.min()), int(w.max())
     seeds = f"{fewest} seed{'s' if fewest > 1 else ''}" if fewest == most else f"{fewest} to {most} seeds"
     method = (f"weighted least squares on the optima, {seeds} per scale "
-              f"(adaptive: t, {df} df from the seeds' spread and the scatter about the line)")
+              f"({'adaptive: ' if adaptive else ''}t, {df} df from the seeds' spread"
+              f"{' and the scatter about the line' if k > 2 else ''})")
     fit = Fit(slope, intercept, (slope - half, slope + half), method, bx, line - band, line + band)
     fit.x, fit.y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     return fit

@@ -13,7 +13,8 @@ from lrtransfer.analysis.group import Group, scanned_groups
 from lrtransfer.analysis.grouping import partition, scale_value, telling_keys
 from lrtransfer.analysis.joint import joint_dict
 from lrtransfer.analysis.records import Scan, plain, scan_runs
-from lrtransfer.analysis.statistics import CONFIDENCE, TOLERANCE
+from lrtransfer.analysis.statistics import CONFIDENCE
+from lrtransfer.analysis.verdicts import TOLERANCE
 
 _NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures, not for the document
 
@@ -61,13 +62,13 @@ def summary_doc(gs: list[Group], metric: str, found: Scan | None = None) -> dict
     return doc
 
 
-def summarize(root: str | Path, metric: str = "train_loss") -> dict:
-    """The `lrtransfer summary --json` document."""
+def summarize(root: str | Path, metric: str = "train_loss", all_versions: bool = False) -> dict:
+    """The `lrtransfer summary --json` document (`all_versions`: each version of a group's inputs a group)."""
     found = scan_runs(root)
-    return summary_doc(scanned_groups(found, metric), metric, found)
+    return summary_doc(scanned_groups(found, metric, all_versions), metric, found)
 
 
-def overview(runs: pd.DataFrame) -> tuple[list[dict], dict]:
+def overview(runs: pd.DataFrame, all_versions: bool = False) -> tuple[list[dict], dict]:
     """The rows of `lrtransfer list` (one per group, by study) and the values every group shares.
 
     A row: study, group (what tells it apart from the other groups listed), axis,
@@ -76,12 +77,12 @@ def overview(runs: pd.DataFrame) -> tuple[list[dict], dict]:
     """
     if runs.empty:
         return [], {}
-    parts = partition(runs)
-    fixeds = [f for _, f, _ in parts]
+    parts = partition(runs, all_versions)
+    fixeds = [p.fixed for p in parts]
     varying = [k for k in telling_keys(fixeds) if k != "study"]
     shared = {k: v for k, v in fixeds[0].items() if k != "study" and all(str(f.get(k)) == str(v) for f in fixeds)}
     rows = []
-    for axis, fixed, sub in parts:
+    for axis, fixed, sub, old in parts:
         rows.append({
             "study": str(fixed.get("study")),
             "group": "  ".join(f"{k}={fixed[k]}" for k in varying if k in fixed) or "-",
@@ -90,5 +91,6 @@ def overview(runs: pd.DataFrame) -> tuple[list[dict], dict]:
             "jobs": int(sub["job_id"].nunique()),
             "runs": int(len(sub)),
             "diverged": int(sub["diverged"].sum()),
+            "superseded": 0 if old is None else len(old.jobs),  # jobs of older inputs, left out of the counts
         })
     return rows, shared

@@ -75,7 +75,8 @@ def sweep(
         "the drift is least sure) until each verdict is decided (adaptive.enabled=true)."
     ),
     budget: Optional[str] = typer.Option(
-        None, "--budget", help="With --until-decided: at most this many run-steps (20000), or this long (90m, 2h, 600s)."
+        None, "--budget", help="With --until-decided: at most this many run-steps (20000; a run-step is one "
+        "training step of one LR run), or this long (90m, 2h, 600s)."
     ),
     transfer_from: Optional[Path] = typer.Option(
         None, "--transfer-from", metavar="TUNED", help="A study of `lrtransfer tune`: at each job's scale (and the tuned "
@@ -163,6 +164,8 @@ def _check_flags(argv: list[str]) -> None:
 
 DIR_HELP = "A results folder, or one study inside it."
 METRIC_HELP = "train_loss | eval_loss | eval_acc"
+ALL_VERSIONS_HELP = ("Each version of a group's data or model files a group of its own (default: the newest version, "
+                     "the older jobs named in a warning).")
 
 
 @app.command()
@@ -170,6 +173,7 @@ def summary(
     directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
+    all_versions: bool = typer.Option(False, "--all-versions", help=ALL_VERSIONS_HELP),
 ) -> None:
     """Each scale's best LR, the drift of the optimum (octaves per doubling) with its 95% interval, a verdict;
     with a grid.<key> axis, each scale's joint optimum (LR, value) and the value's drift."""
@@ -177,7 +181,7 @@ def summary(
 
     analysis.check_metric(metric)
     with show.warnings_to_stderr():
-        doc = analysis.summarize(directory, metric)
+        doc = analysis.summarize(directory, metric, all_versions)
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
     else:
@@ -240,6 +244,7 @@ def plot(
     curves_lr: Optional[float] = typer.Option(
         None, "--curves-lr", help="log2 LR of the training-curve figure (default: the smallest scale's best)."
     ),
+    all_versions: bool = typer.Option(False, "--all-versions", help=ALL_VERSIONS_HELP),
 ) -> None:
     """Figures per study: loss vs log2 LR, optimum vs scale (drift), training curves; PNG + PDF."""
     from lrtransfer import analysis
@@ -249,7 +254,7 @@ def plot(
     out = _writable(out, folder=True) if out is not None else None
     with show.warnings_to_stderr():
         found = analysis.scan_runs(directory)
-        groups = analysis.scanned_groups(found, metric)
+        groups = analysis.scanned_groups(found, metric, all_versions)
     show.group_warnings(groups)
     _check_curves_lr(curves_lr, groups)
     paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
@@ -266,6 +271,7 @@ def report(
     out: Optional[Path] = typer.Option(None, parser=_out_path, help="The HTML file (default: DIRECTORY/report.html)."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
     curves_lr: Optional[float] = typer.Option(None, "--curves-lr", help="log2 LR of the training-curve figure."),
+    all_versions: bool = typer.Option(False, "--all-versions", help=ALL_VERSIONS_HELP),
 ) -> None:
     """One self-contained HTML file: summary tables, figures (embedded), configs. Attach it to a message."""
     from lrtransfer import analysis
@@ -275,7 +281,7 @@ def report(
     out = _writable(out, folder=False) if out is not None else None
     with show.warnings_to_stderr():
         found = analysis.scan_runs(directory)
-    groups = analysis.scanned_groups(found, metric)
+    groups = analysis.scanned_groups(found, metric, all_versions)
     _check_curves_lr(curves_lr, groups)
     with show.warnings_to_stderr():  # a rounds file it skips
         text = html_report.build(directory, found, groups, metric, curves_lr)
@@ -294,6 +300,7 @@ def predict(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     metric: str = typer.Option("train_loss", help=METRIC_HELP),
+    all_versions: bool = typer.Option(False, "--all-versions", help=ALL_VERSIONS_HELP),
 ) -> None:
     """The optimal LR the measured optima predict at a new scale (a parabola in log2 scale from five scales on, else the drift's line), with a 95% prediction interval, and the loss given up there by using the smallest scale's best LR."""
     from lrtransfer import analysis
@@ -312,7 +319,7 @@ def predict(
         axis = flag[2:]
     prediction.check_scale(value, flag)  # before reading any record
     with show.warnings_to_stderr():
-        groups = analysis.scanned_groups(analysis.scan_runs(directory), metric)
+        groups = analysis.scanned_groups(analysis.scan_runs(directory), metric, all_versions)
     preds, skipped = prediction.predict_groups(groups, value, axis, name=flag, where=f"'{directory}'")
     for message in skipped:
         typer.echo(f"warning: {message}", err=True)
@@ -331,8 +338,10 @@ def export(
     fmt: Optional[str] = typer.Option(
         None, "--format", help="csv | parquet (default: from --out's extension, else csv; parquet needs pyarrow)."),
     out: Optional[Path] = typer.Option(None, parser=_out_path, help="The file (default: DIRECTORY/runs.csv or .parquet)."),
+    all_versions: bool = typer.Option(False, "--all-versions", help=ALL_VERSIONS_HELP),
 ) -> None:
-    """Every run as one row (config columns + metrics): pandas.read_csv / read_parquet loads it."""
+    """Every run as one row (config columns + metrics): pandas.read_csv / read_parquet loads it. Runs of a
+    group's older data or model files are left out, as summary leaves them out (--all-versions keeps them)."""
     from lrtransfer import analysis
     from lrtransfer.reporting.export import resolve_format, write_table
 
@@ -340,13 +349,17 @@ def export(
     path = _writable(out, folder=False) if out is not None else Path(directory) / f"runs.{fmt}"
     with show.warnings_to_stderr():
         found = analysis.scan_runs(directory)  # the LR curves' runs, and a search's or a check's rows
-        table = analysis.export_frame(found.runs if found.points.empty else tuning.with_points(found))
+        runs = analysis.versioned(found.runs, all_versions) if not found.runs.empty else found.runs
+        table = analysis.export_frame(runs if found.points.empty else tuning.with_points(found, runs))
     write_table(table, path, fmt)
     typer.echo(f"wrote {path} ({len(table)} runs, {len(table.columns)} columns)")
 
 
 @app.command("list")
-def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> None:
+def list_(
+    directory: Path = typer.Argument(Path("results"), help=DIR_HELP),
+    all_versions: bool = typer.Option(False, "--all-versions", help=ALL_VERSIONS_HELP),
+) -> None:
     """The studies and groups found, with job and run counts and how many runs diverged or jobs failed."""
     from rich.table import Table
 
@@ -361,7 +374,7 @@ def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> N
     for col, just in [("study", "left"), ("group", "left"), ("axis", "left"), ("scales", "left"),
                       ("jobs", "right"), ("runs", "right"), ("diverged", "right")]:
         table.add_column(col, justify=just)
-    rows, shared = analysis.overview(found.runs)
+    rows, shared = analysis.overview(found.runs, all_versions)
     for r in rows:
         table.add_row(r["study"], r["group"], r["axis"], ",".join(map(str, r["scales"])), str(r["jobs"]),
                       str(r["runs"]), str(r["diverged"]))
@@ -369,6 +382,10 @@ def list_(directory: Path = typer.Argument(Path("results"), help=DIR_HELP)) -> N
     console.print(table)
     if shared:
         console.print("all groups: " + "  ".join(f"{k}={v}" for k, v in shared.items()), style="dim")
+    for r in rows:
+        if r["superseded"]:
+            typer.echo(f"{r['study']} {r['group']}: {r['superseded']} job(s) built from an older version of its data "
+                       "or model files left out (--all-versions lists them)")
     for f in found.failed:
         typer.echo(f"failed job: {f['path']}: {f.get('error')}")
     if found.failed:
@@ -467,7 +484,7 @@ def main() -> None:
     if not getattr(warnings.showwarning, "once", False):
         warnings.showwarning = show.each_warning_once(warnings.showwarning)
 
-    new_scope()  # each warning once a command (and once a job of a sweep)
+    new_scope(command=True)  # each warning once a command (and once a job of a sweep)
     try:
         code = app(prog_name="lrtransfer", standalone_mode=False)  # a usage error comes here as itself: one line
     except usage.ERRORS.UsageError as e:

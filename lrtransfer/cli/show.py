@@ -107,23 +107,24 @@ def group_warnings(groups) -> None:
 def summary(doc: dict) -> None:
     from rich.table import Table
 
-    from lrtransfer.analysis import metric_noun
+    from lrtransfer.analysis import metric_noun, verdict_text
     from lrtransfer.analysis.summary import incomplete_words, skipped_lines
 
     console = wide_console()
     best = f"best {metric_noun(doc['metric'])}"
+    explained = False  # the cost column, said under the first table that has one
     for g in doc["groups"]:
         title = "  ".join(f"{k}={v}" for k, v in g["fixed"].items())
         table = Table(title=title, title_justify="left")
-        cost_lr = _fmt(g.get("transfer_log2_lr"), "+g")
-        for col in (g["axis"], "best log2 LR", "95% interval", "grid best", best, "seeds", "diverged",
-                    f"cost at {cost_lr}"):
+        cost_lr = g.get("transfer_log2_lr")
+        columns = [g["axis"], "best log2 LR", "95% interval", "grid best", best, "seeds", "diverged"]
+        for col in columns + ([f"cost at {cost_lr:+g}"] if cost_lr is not None else []):  # no LR to carry over: no column
             table.add_column(col, justify="right")
         for i, s in enumerate(g["scales"]):
             ci = g["best_log2_lr_ci"][i]
             where = "" if g["optimum"][i] in ("interior",) else f" ({g['optimum'][i]})"
             cost = g["transfer_cost"][i]
-            table.add_row(
+            row = [
                 str(s),
                 _fmt(g["best_log2_lr"][i], "+.2f") + where,
                 "-" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]",
@@ -131,14 +132,20 @@ def summary(doc: dict) -> None:
                 _fmt(g["best_loss"][i], ".4f"),
                 str(g["n_seeds"][i]),
                 f"{g['n_diverged'][i]}/{g['n_runs'][i]}",
-                "-" if cost is None else f"{cost:.4f}",
-            )
+            ]
+            table.add_row(*row, *(["-" if cost is None else f"{cost:.4f}"] if cost_lr is not None else []))
         console.print(table)
+        if cost_lr is not None and not explained:
+            explained = True
+            console.print(f"  cost at {cost_lr:+g}: each {g['axis']}'s {metric_noun(doc['metric'])} at the smallest "
+                          f"{g['axis']}'s best grid LR (log2 {cost_lr:+g}), less its own best: what carrying that LR "
+                          "over costs", style="dim")
         ci = g["drift_ci"]
         interval = "" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
         console.print(
             f"drift: [bold]{_fmt(g['drift'], '+.2f')}{interval}[/] octaves of optimal LR per doubling of "
-            f"{g['axis']} -> [bold]{g['verdict']}[/]{incomplete_words(g['skipped_records'], g['skipped_runs'])}"
+            f"{g['axis']} -> [bold]{verdict_text(g['verdict'], g['leans'])}[/]"
+            f"{incomplete_words(g['skipped_records'], g['skipped_runs'])}"
         )
         if g.get("interval_method"):
             console.print(f"  interval: {g['interval_method']}", style="dim")
@@ -227,11 +234,13 @@ def adaptive_round(r) -> None:
     verdict so far, the run-steps spent and what the next round trains."""
     from rich.table import Table
 
+    from lrtransfer.analysis import verdict_text
     from lrtransfer.sweeps.outcome import next_words
 
     console = wide_console()
     of = f" of {r.budget:,}" if r.budget else ""
-    console.print(f"[bold]round {r.index}[/]: {r.spent:,} run-steps spent{of}")
+    said = " (a run-step: one training step of one LR run)" if r.index == 1 else ""
+    console.print(f"[bold]round {r.index}[/]: {r.spent:,} run-steps spent{of}{said}")
     for g in r.groups:
         a = g.analysis
         if a is None:
@@ -247,7 +256,8 @@ def adaptive_round(r) -> None:
         console.print(table)
         ci = "" if a.drift_ci is None else f" [{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]"
         status = g.end or (g.step.state if g.step else "")
-        console.print(f"drift {_fmt(a.drift, '+.2f')}{ci} -> [bold]{a.verdict}[/] ({status}; {g.spent:,} run-steps)")
+        console.print(f"drift {_fmt(a.drift, '+.2f')}{ci} -> [bold]{verdict_text(a.verdict, a.leans)}[/] "
+                      f"({status}; {g.spent:,} run-steps)")
         for note in (g.step.notes if g.step else []):
             console.print(f"  {note}")
         nxt = next_words(g.step, a.axis) if not g.end else ""

@@ -147,8 +147,9 @@ def figures_of(found, out, metric: str) -> list:
     return save_figures(searches(found.points), checks(found.points, metric), out)
 
 
-def with_points(found):
-    """The runs of the LR curves and the rows of searches and checks, as one table (`export`)."""
+def with_points(found, runs):
+    """The runs of the LR curves (`runs`: the versions kept) and the rows of searches and checks, as one
+    table (`export`)."""
     import pandas as pd
 
-    return pd.concat([found.runs, found.points], ignore_index=True)
+    return pd.concat([runs, found.points], ignore_index=True)

@@ -41,8 +41,10 @@ def one_line(error: Exception) -> str:
         return f"unknown command {name!r}; {_did_you_mean(name, valid)}valid: {', '.join(valid)}{hint}"
     if isinstance(error, ERRORS.NoSuchOption) and ctx is not None:
         valid = _options(ctx)
+        root = ctx.find_root()  # the app's own option (`summary --version`) is no typo of the command's (--all-versions)
+        own = root is not ctx and error.option_name in {o for p in root.command.get_params(root) for o in p.opts}
         return (f"unknown option {error.option_name} for {ctx.command_path}; "
-                f"{_did_you_mean(error.option_name, valid)}valid: {', '.join(valid)}{hint}")
+                f"{'' if own else _did_you_mean(error.option_name, valid)}valid: {', '.join(valid)}{hint}")
     given, param = _given(error), getattr(error, "param", None)
     if given is not None and param is not None:
         return f"{max(param.opts, key=len)} {given!r}: {' '.join(str(error.message).split())}{hint}"

@@ -43,6 +43,27 @@ def data_contents(schema: type, node: dict) -> dict[str, str]:
             if f.metadata.get("content") and node.get(f.name) is not None}
 
 
+def inputs(cfg: dict) -> dict[str, str]:
+    """What a job was built from, by dotted key: each data file a schema marks `content` (what it
+    holds, `data_contents`) and each field a schema marks `fingerprint` (model.source: its model's
+    local source files). A record keeps them (`inputs`), so that readers, which never read the
+    data, tell apart two versions of the same files in one study folder."""
+    out: dict[str, str] = {}
+    for group in GROUPS:
+        node = cfg.get(group)
+        name = node.get("name") if isinstance(node, dict) else None
+        schema = options.of(group).get(name) if isinstance(name, str) else None
+        if schema is None:
+            continue
+        held = data_contents(schema, node)
+        for f in fields(schema):
+            if f.metadata.get("fingerprint") and isinstance(node.get(f.name), str) and node[f.name]:
+                out[f"{group}.{f.name}"] = node[f.name]
+            elif f.name in held:
+                out[f"{group}.{f.name}"] = held[f.name]
+    return out
+
+
 def semantic(cfg: DictConfig | dict) -> dict:
     """The part of a resolved config that decides what is computed: a job's identity.
 

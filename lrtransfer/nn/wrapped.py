@@ -499,13 +499,14 @@ class Custom(Module):
         self._close_streams(before)
         if self.own_loss and not self.told:
             self.told = True
-            warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained")
+            warn(f"model.target={self.target} returns a loss of its own: it is ignored, the task's loss is trained",
+                 study=True)
         if self.reads_ahead and not torch.is_floating_point(x):
-            self.reads_ahead = False  # said once a model (`warn`: once a job)
+            self.reads_ahead = False  # said once a model (`warn`: once a job, on screen once a sweep)
             warn(f"model.target={self.target} has no causal mask: its logits at a position change when a later token "
                  "does, and each position's target is the next token, so it sees what it predicts (its loss falls by "
                  "copying its input); give it a causal mask (transformers: a decoder, is_decoder=True) or study a "
-                 "causal model")
+                 "causal model", study=True)
         self._check(y, x, shared)
         if torch.is_grad_enabled():
             self._said(y)

@@ -108,6 +108,14 @@ def content(default: Any, with_files: tuple[str, ...] = ()) -> Any:
     return field(default=default, metadata={"content": True, "with_files": with_files})
 
 
+def fingerprint(default: Any) -> Any:
+    """A field whose value is itself what some files hold (model.source: a hash of the model's local
+    source files): part of a job's identity as it is, and, with the `content` fields' fingerprints,
+    what a record keeps of its inputs (`config.identity.inputs`), so that readers tell apart jobs
+    built from two versions of the same files."""
+    return field(default=default, metadata={"fingerprint": True})
+
+
 def added(default: Any, *, before: Any = None) -> Any:
     """A field added to an option after jobs ran without it: at the value that computes what they
     computed (`before`; by default the default) it is left out of a job's identity, so their ids

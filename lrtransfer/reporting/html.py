@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from lrtransfer import __version__
-from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
+from lrtransfer.analysis import CONFIDENCE, HISTORY_COLUMNS, JOB_COLUMNS, RUN_COLUMNS, TOLERANCE, Group, Scan
 from lrtransfer.analysis.group import adaptive_design
 from lrtransfer.analysis.summary import skipped_lines
 from lrtransfer.store import ROUNDS_NAME, read_rounds
@@ -134,7 +134,8 @@ ROUND_KEYS = ("lr.log2_min", "lr.log2_max", "lr.log2_step")
 
 
 def config_table(runs: pd.DataFrame) -> str:
-    """A study's configuration: what all its jobs share, then what varies.
+    """A study's configuration: what all its jobs share, then what varies (what its data and model
+    files held, `inputs.*`, too; not when or in what order each job ran).
 
     Where and how the jobs ran (`engine.*`: device, threads, chunking) and where
     their results also went (`tracker.*`) are left out: they change no result. An
@@ -143,7 +144,7 @@ def config_table(runs: pd.DataFrame) -> str:
     """
     settings = tuple(f"{s}." for s in RUN_SETTINGS)
     hidden = ROUND_KEYS if adaptive_design(runs) else ()
-    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, "job_id", *hidden)
+    cols = [c for c in runs.columns if c not in (*RUN_COLUMNS, *HISTORY_COLUMNS, *JOB_COLUMNS, *hidden)
             and not c.startswith(settings)]
     same, varies = [], []
     for c in sorted(cols):

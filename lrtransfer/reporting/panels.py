@@ -2,12 +2,13 @@
 
 Groups of one study that share model, data and scale axis form a *family*: the panels
 of one figure (and one section of the report). The baseline (SP) comes first, then the
-others by what tells them apart; the title says what the panels share.
+others in the order the sweep gave them (as `summary` lists them); the title says what the
+panels share.
 """
 
 from __future__ import annotations
 
-from lrtransfer.analysis import Group, telling_keys
+from lrtransfer.analysis import Group, telling_keys, verdict_text
 from lrtransfer.analysis.summary import incomplete_words
 from lrtransfer.reporting.style import signed
 
@@ -27,14 +28,9 @@ BASELINE = {"param.name": "standard"}  # SP: what every other parameterization i
 
 
 def panel_order(family: list[Group]) -> list[Group]:
-    """The baseline (SP) first, then the others by what tells them apart, numbers by value."""
-    keys = telling_keys([g.fixed for g in family])
-
-    def key(g: Group):
-        baseline = all(str(g.fixed.get(k)) == v for k, v in BASELINE.items())
-        return (not baseline, [natural(str(g.fixed.get(k))) for k in keys])
-
-    return sorted(family, key=key)
+    """The baseline (SP) first, the panel every other is read against; then the others in the order
+    the analysis lists them (the order the sweep gave them: `analysis.grouping.first_job`)."""
+    return sorted(family, key=lambda g: not all(str(g.fixed.get(k)) == v for k, v in BASELINE.items()))
 
 
 def natural(s: str) -> tuple:
@@ -69,8 +65,10 @@ def description(family: list[Group]) -> str:
 
 
 def drift_words(g: Group) -> str:
+    """The drift, its interval and the verdict (`tentative: transfers` below the evidence rule)."""
+    said = f"{verdict_text(g.verdict, g.leans)}{incomplete_words(g.skipped_records, g.skipped_runs)}"
     if g.drift is None:
-        return f"drift n/a · {g.verdict}{incomplete_words(g.skipped_records, g.skipped_runs)}"
+        return f"drift n/a · {said}"
     ci = "" if g.drift_ci is None else f" [{signed(g.drift_ci[0])}, {signed(g.drift_ci[1])}]"
-    return f"drift {signed(g.drift)}{ci} · {g.verdict}{incomplete_words(g.skipped_records, g.skipped_runs)}"
+    return f"drift {signed(g.drift)}{ci} · {said}"
 

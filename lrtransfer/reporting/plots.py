@@ -202,7 +202,8 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
 
     Recorded losses are single-batch losses, so the faint lines (as recorded, the mean
     over seeds where there are several) are noisy; the solid lines are their centred running mean over
-    `window` recorded points, and the title says so.
+    `window` recorded points, drawn where the whole window fits (the faint lines show the ends), and
+    the title says so.
     """
     with plt.rc_context(STYLE):
         fig, axes = _grid(len(family), 2.35, 2.2, sharey=True, legend=True)
@@ -223,7 +224,7 @@ def curves_figure(family: list[Group], log2_lr: float | None = None, window: int
                 step, mean, diverged = _mean_history(r)
                 smooth = running_mean(mean, window)
                 ax.plot(step, mean, color=colors[scale], alpha=0.25, linewidth=0.6, gid="recorded")
-                ax.plot(step, smooth, color=colors[scale])
+                ax.plot(step, smooth, color=colors[scale], gid="smoothed")
                 if not diverged:  # the y range holds the runs that trained, as recorded; blow-ups leave the top
                     shown.append(mean[np.isfinite(mean)])
                 if diverged:
@@ -293,9 +294,17 @@ def joint_figure(g: Group, metric: str = "train_loss"):
 
 
 def running_mean(y: np.ndarray, window: int) -> np.ndarray:
-    """Centred running mean; the window shrinks at the ends instead of padding."""
+    """Centred running mean over `window` points (fewer where the curve has fewer, an odd number), NaN
+    (not drawn) where the whole window does not fit: a window cut short at the start of a falling
+    curve would average only the later, lower losses and draw the mean below the first ones."""
+    n = len(y)
+    window = min(window, n if n % 2 else n - 1)
+    if window < 1:
+        return np.full(n, np.nan)
     half = window // 2
-    return np.array([np.mean(y[max(0, i - half) : i + half + 1]) for i in range(len(y))])
+    out = np.full(n, np.nan)
+    out[half : n - half] = np.convolve(y, np.ones(window) / window, mode="valid")
+    return out
 
 
 def _mean_history(runs) -> tuple[np.ndarray, np.ndarray, bool]:

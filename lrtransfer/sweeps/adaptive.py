@@ -20,6 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from lrtransfer.analysis.verdicts import verdict_text
 from lrtransfer.config import ConfigError, validate
 from lrtransfer.store import RECORD_NAME, job_dir, read_record
 from lrtransfer.sweeps import rounds
@@ -178,8 +179,8 @@ def run(sweeper, job_overrides: list[list[str]], *, on_round=None):
             mine = [rq for h, rq, _ in jobs if h is g]
             if mine and g.analysis is not None:
                 a = g.analysis
-                g.history.append(Trained(index, mine, g.spent - before[id(g)], a.drift, a.drift_ci, a.verdict,
-                                         g.end or (g.step.state if g.step else "")))
+                g.history.append(Trained(index, mine, g.spent - before[id(g)], a.drift, a.drift_ci,
+                                         verdict_text(a.verdict, a.leans), g.end or (g.step.state if g.step else "")))
         if on_round is not None and not plan_only:
             on_round(Round(index, groups, spent, budget, lines))
     if plan_only:
@@ -212,7 +213,7 @@ def _groups(sweeper, job_overrides):
     first = bases[0].typed
     settings = settings_of(first)
     groups = []
-    for axis, fixed, sub in partition(records.table(fake)):
+    for axis, fixed, sub, _ in partition(records.table(fake)):
         members = {}
         for _, row in sub.iterrows():
             scale = scale_value(row[axis])

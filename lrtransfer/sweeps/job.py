@@ -32,7 +32,7 @@ from lrtransfer.sweeps import progress, requeue
 from lrtransfer.training import stop
 from lrtransfer.sweeps.checkpoint import NAME as CHECKPOINT
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
-from lrtransfer.config import has_points, inner_grid, recorded, validate
+from lrtransfer.config import has_points, inner_grid, inputs, recorded, validate
 from lrtransfer.config import RUN_SETTINGS
 from lrtransfer.store import is_complete, job_dir, job_id, write_record
 
@@ -167,6 +167,17 @@ def _summary(job: str, status: str, **extra) -> dict:
     return {"job_id": job, "status": status, "error": None, "wall_time_s": 0.0, **extra}
 
 
+def _sweep_index() -> int | None:
+    """The job's number in its multirun (Hydra's `hydra.job.num`: its place in the sweep's order, the
+    command line's); readers list groups in that order (None outside a sweep)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    num = OmegaConf.select(HydraConfig.get(), "job.num", default=None)
+    return num if isinstance(num, int) else None
+
+
 def _rerun() -> bool:
     """Whether the sweep was asked to recompute complete records (`--rerun`)."""
     from hydra.core.hydra_config import HydraConfig
@@ -203,10 +214,13 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
 
     started = time.perf_counter()
     new_scope()  # each warning once a job
+    config = recorded(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     base = {
         "job_id": job_id(cfg),
-        "config": recorded(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)),
+        "config": config,
+        "inputs": inputs(config),  # what its data and model files held: readers tell two versions apart
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sweep_index": _sweep_index(),
         "host": platform.node(),
         "versions": versions(),
     }

@@ -45,6 +45,10 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
     global last_report, on_round
     on_round = on_round_end
     from hydra import version
+
+    from lrtransfer.errors import new_scope
+
+    new_scope(command=True)  # a study's warnings once a sweep (the Python API runs several in a process)
     from hydra._internal.utils import _run_hydra, get_args_parser
 
     import lrtransfer.store  # noqa: F401  (registers the job-id resolver)

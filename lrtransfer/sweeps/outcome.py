@@ -4,6 +4,7 @@ how each group ended (decided, or undecided with the cheapest next step), as wor
 
 from __future__ import annotations
 
+from lrtransfer.analysis.verdicts import FIRM_SEEDS, verdict_text
 from lrtransfer.config.validate import MAX_BUDGET, MAX_BUDGET_S
 from lrtransfer.errors import UserError
 from lrtransfer.store import write_rounds
@@ -88,10 +89,15 @@ def undecided_words(g: GroupRun) -> str:
         cost = g.cost(g.step.requests)
         line += f"; the next round refines the optima ({next_words(g.step, g.axis)}: {cost:,} run-steps)"
         if rounds.decided(a.drift_ci, settings.tolerance):
-            line += (f", though the interval already lies {'inside' if a.verdict == 'transfers' else 'outside'} "
+            line += (f", though the interval already lies {'inside' if a.leans == 'transfers' else 'outside'} "
                      "the band")
         return line + (f"; re-run with a budget of {g.spent + cost:,} or more to train it; later rounds follow from "
                        "what it measures")
+    if rounds.decided(a.drift_ci, settings.tolerance):  # decided but for the evidence: tentative
+        return line + (f"; the interval lies {'inside' if a.leans == 'transfers' else 'outside'} the band, but with "
+                       f"two {g.axis}s a firm verdict needs {FIRM_SEEDS} seeds at each: re-run with "
+                       f"adaptive.max_seeds={FIRM_SEEDS}" + (f" and a budget of {g.spent + sum(g.runs_per_seed().values()):,} "
+                                                              "or more" if g.end == "budget" else ""))
     extra = rounds.cheapest_decision(a, g.states, g.runs_per_seed(), settings)
     if extra is None:
         return line + (f"; not even {rounds.MAX_EXTRA_SEEDS:,} more seeds are expected to decide it: the drift, "
@@ -111,7 +117,8 @@ def ended_words(g: GroupRun) -> str:
     `undecided_words`; "" while it is still going."""
     a = g.analysis
     if g.end == "decided" and a is not None:
-        return (f"decided after {len(g.history)} round(s), {g.spent:,} run-steps: {a.verdict}, drift {a.drift:+.2f} "
+        return (f"decided after {len(g.history)} round(s), {g.spent:,} run-steps: {verdict_text(a.verdict, a.leans)}, "
+                f"drift {a.drift:+.2f} "
                 f"[{a.drift_ci[0]:+.2f}, {a.drift_ci[1]:+.2f}]")
     return undecided_words(g) if g.end else ""
 
@@ -142,7 +149,8 @@ def outcome_dict(outcome: Outcome) -> dict:
     for g in outcome.groups:
         a = g.analysis
         groups.append({"fixed": g.fixed, "axis": g.axis, "end": g.end, "run_steps": g.spent,
-                       "verdict": None if a is None else a.verdict, "drift": None if a is None else a.drift,
+                       "verdict": None if a is None else a.verdict, "leans": None if a is None else a.leans,
+                       "drift": None if a is None else a.drift,
                        "drift_ci": None if a is None or a.drift_ci is None else list(a.drift_ci),
                        "seeds": {sc: len(st.seeds) for sc, st in g.states.items()},
                        "lrs": {sc: st.points() for sc, st in g.states.items()},

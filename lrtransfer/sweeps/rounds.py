@@ -17,8 +17,10 @@ fabricated runs, so the procedure whose coverage is measured is this one.
    interval measures noise, not how far a parabola through distant LRs is from the
    curve; one octave, at the default resolution, is the spacing of a fixed grid).
 3. Once no scale needs an LR, a group whose drift interval lies inside the transfer band
-   (+-`TOLERANCE`) or outside it is decided. Otherwise the scales where a seed narrows the
-   drift's interval most (`_seed_requests`: the extremes of the scale axis, as a rule)
+   (+-`TOLERANCE`) or outside it is decided, if the evidence holds a firm verdict
+   (`analysis.verdicts.firm_evidence`: three scales, or two seeds at each); with two scales
+   and one seed at either, that scale gets a second seed first. Otherwise the scales where a
+   seed narrows the drift's interval most (`_seed_requests`: the extremes of the scale axis, as a rule)
    double their seeds. A new seed trains every LR its scale has; a new LR every seed, so
    each scale's runs stay a full seeds x LRs table. The drift's interval of an adaptive
    study is a weighted regression with replicates (`analysis.statistics.replicate_fit`).
@@ -29,7 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, LOCATED, NONE, TOLERANCE
+from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, LOCATED, NONE
+from lrtransfer.analysis.verdicts import FIRM_SEEDS, TOLERANCE, firm_evidence
 
 EPS = 1e-9  # octaves: two LRs closer than this are the same LR
 TRUSTED_SPACING = 4  # resolutions: how far apart LRs may be for a narrow interval to end refining
@@ -128,8 +131,16 @@ def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
         return step
     stuck = [sc for sc in group.scales if states[sc].stuck]
     located = [sc for sc in group.scales if sc in group.drift_scales]
-    if decided(group.drift_ci, s.tolerance):
+    if decided(group.drift_ci, s.tolerance) and firm_evidence([len(states[sc].seeds) for sc in located]):
         step.state = "decided"
+    elif decided(group.drift_ci, s.tolerance) and not stuck:  # a tentative verdict: the seeds a firm one needs
+        want = min(FIRM_SEEDS, s.max_seeds)
+        step.requests = [Request(sc, b, max(states[sc].seeds) + 1 + k, "seed") for sc in located
+                         for k in range(want - len(states[sc].seeds)) for b in states[sc].blocks]
+        step.state = "seeding" if step.requests else "out of seeds"
+        if not step.requests:
+            step.notes.append(f"a firm verdict with two {group.axis}s needs {FIRM_SEEDS} seeds at each; "
+                              f"adaptive.max_seeds={s.max_seeds}")
     elif stuck or len(located) < 2:
         step.state = "stuck"
         if not stuck:

@@ -42,7 +42,7 @@ from lrtransfer.options.model.own_init import OwnInit, seeded
 from lrtransfer.options.model.sources import source_hash
 from lrtransfer.options.model.target import (ARGUMENTS, check_keys, check_vocabulary, construct, context_failure,
                                              int_fields, load)
-from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added
+from lrtransfer.options.schema import IMAGE, SIGNAL, TOKENS, VECTOR, added, fingerprint
 
 
 class ModelInit(str, Enum):
@@ -100,8 +100,9 @@ class CustomOptions:
     # A group of layers of your choosing (a glob, '*.c_attn'): hp.group.* sets their tensors' values
     group: str = added("")
     # The content hash of the files the model is built from (the conf file fills it in:
-    # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does.
-    source: str = ""
+    # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does,
+    # and its record says which version of the files it was built from.
+    source: str = fingerprint("")
 
     def check(self) -> None:
         module, sep, name = self.target.rpartition(":")
