@@ -27,6 +27,11 @@ diverge are frozen at the checks, as in a job.
      for K different runs at once (what the ensemble's products are: K weights, not one). On a
      CPU also the batched step's optimizer pass and the share of torch.mm's rate a step could
      reach with nothing but its products at the bmm rate and that pass.
+  3. Adam's settings per tensor and per run, at --settings-widths (the MLP, K = 11 runs): the
+     step and its optimizer pass with one beta1, beta2 and epsilon for every tensor (the
+     default, param.sde_rule=none), with each tensor's own (param.sde_rule=sde at kappa 4: the
+     fused kernel still takes each setting whole) and with one per run (grid.optim.beta2: small
+     tensors go run by run, as the large ones always do); each as a ratio to the first.
 
     python scripts/bench_engine.py                      # all of it, one thread (~10 min)
     python scripts/bench_engine.py --only 2 --widths 64,256 --processes
@@ -34,6 +39,7 @@ diverge are frozen at the checks, as in a job.
     python scripts/bench_engine.py --compile 64       # the step with the model under torch.compile
     python scripts/bench_engine.py --custom --only 2 --widths 64  # the same MLP as model=custom
     python scripts/bench_engine.py --device cuda --widths 64,512,4096,8192
+    python scripts/bench_engine.py --only 3 --settings-widths 64,512 # per-tensor and per-run betas
 
 `--processes` adds, to 2, one process per run (each run its own `lrtransfer sweep`, as a
 per-LR Hydra job or a bash loop: two runs measured, whole processes). `--custom` trains
@@ -360,6 +366,41 @@ def batched_against_one_at_a_time(args, device: torch.device, dtype: str) -> Non
         sys.stdout.flush()
 
 
+def settings_cost(args, device: torch.device) -> None:
+    """Section 3: a step and its optimizer pass with Adam's settings shared, per tensor, per run."""
+    print("3. Adam's beta1, beta2, eps: one for every tensor (none), each tensor's own (sde, kappa 4), one per run "
+          "(grid.optim.beta2); K = 11, run-steps/s and the optimizer pass alone; x: the rounds' median ratio to none "
+          "[quartiles]")
+    print(f"   {'width':>6} {'none':>9} {'sde':>9} {'per run':>9} {'sde x':>18} {'per run x':>18} "
+          f"{'opt ms none':>11} {'sde':>6} {'per run':>7}")
+    for width in args.settings_widths:
+        over = [f"width={width}", f"depth={args.depth}", f"train.batch_size={args.batch}", f"engine.device={args.device}"]
+        kinds = {"none": [], "sde": ["param.sde_rule=sde", "param.base_steps=400000"],
+                 "per run": ["grid.optim.beta2=[0.99,0.999]"]}
+        modes: dict[str, Callable[[], None]] = {}
+        for name, extra in kinds.items():
+            cfg = typed(*over, *extra, "train.steps=100000", "engine.progress=false")
+            runs = runs_of(cfg)[::2][:11] if extra and extra[0].startswith("grid") else runs_of(cfg)[:11]
+            ens = engine.Ensemble(build.job(cfg), runs)
+            modes[name] = stepper(ens)
+            grads = gradients(ens)()
+            opt_ens = engine.Ensemble(build.job(cfg), runs)  # its own: the repeated pass moves its weights
+
+            def opt_call(e=opt_ens, g=grads) -> None:
+                with torch.no_grad():
+                    e._update(g, 1.0, True)
+
+            modes[f"opt {name}"] = repeated(opt_call, device, 0.1)
+        t = each_round(modes, device, args.rounds)
+        sec = medians(t)
+        rate = {n: 11 * modes[n].steps / sec[n] for n in kinds}
+        opt = {n: per_call(t[f"opt {n}"], modes[f"opt {n}"]) * 1e3 for n in kinds}
+        print(f"   {width:>6} {rate['none']:>9.1f} {rate['sde']:>9.1f} {rate['per run']:>9.1f} "
+              f"{spread(ratios(t, modes, 'sde', 'none')):>18} {spread(ratios(t, modes, 'per run', 'none')):>18} "
+              f"{opt['none']:>11.3f} {opt['sde']:>6.3f} {opt['per run']:>7.3f}")
+        sys.stdout.flush()
+
+
 def cpu_model() -> str:
     """lscpu's model name (what docs/performance.md names the machine by)."""
     try:
@@ -406,9 +447,10 @@ def compiled(width: int, depth: int, batch: int, device: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", type=int, choices=[0, 1, 2], help="one section (0: the machine alone)")
+    ap.add_argument("--only", type=int, choices=[0, 1, 2, 3], help="one section (0: the machine alone)")
     ap.add_argument("--widths", default="64,128,256,512,1024,2048", help="section 2's widths")
     ap.add_argument("--bf16-widths", default="256,512,1024", help="section 1's MLP widths")
+    ap.add_argument("--settings-widths", default="64,512", help="section 3's MLP widths")
     ap.add_argument("--transformer-width", type=int, default=256)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
@@ -424,6 +466,7 @@ def main() -> None:
     ap.add_argument("--skip-processes", action="store_true", help=argparse.SUPPRESS)  # the default now
     args = ap.parse_args()
     args.widths = [int(w) for w in args.widths.split(",")]
+    args.settings_widths = [int(w) for w in args.settings_widths.split(",") if w]
     args.dtypes = args.dtype.split(",")
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: at least 1 (each ratio is taken over the rounds)")
@@ -449,6 +492,8 @@ def main() -> None:
     if args.only in (None, 2):
         for dtype in args.dtypes:
             batched_against_one_at_a_time(args, device, dtype)
+    if args.only in (None, 3):
+        settings_cost(args, device)
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
           f"load average {os.getloadavg()[0]:.1f} at the end")
 

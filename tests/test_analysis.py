@@ -111,6 +111,28 @@ def test_of_two_other_keys_varying_together_the_first_by_name_is_the_axis(tmp_pa
     assert [g.axis for g in gs] == ["train.batch_size"] * 2 and [g.fixed["train.steps"] for g in gs] == [100, 200]
 
 
+def test_a_key_that_changes_only_with_the_axis_goes_with_it(tmp_path):
+    """A fixed number of examples (study=batch_examples): the steps halve as the batch doubles. The
+    batch is the axis, the steps go with it; in a plain batch study beside it, the steps name groups."""
+    for i, batch in enumerate((16, 32, 64, 128)):
+        for seed in (0, 1):
+            fake_record(tmp_path, name="examples", train={"batch_size": batch, "steps": 19200 // batch}, seed=seed,
+                        optimum=-8 + 0.5 * i)
+            for steps in (100, 200):
+                fake_record(tmp_path, name="plain", train={"batch_size": batch, "steps": steps}, seed=seed, optimum=-8)
+    examples, *plain = analysis.groups(analysis.load_runs(tmp_path))
+    assert examples.axis == "train.batch_size" and examples.scales == [16, 32, 64, 128]
+    assert "train.steps" not in examples.fixed and examples.drift == pytest.approx(0.5)
+    assert [g.axis for g in plain] == ["train.batch_size"] * 2 and [g.fixed["train.steps"] for g in plain] == [100, 200]
+
+
+def test_width_ties_nothing(tmp_path):
+    """A width study stays one of width, whatever moves with it (muP's base width set to the width)."""
+    for w in (64, 128, 256):
+        fake_record(tmp_path, width=w, param="mup", param_keys={"base_width": w}, optimum=-8)
+    assert [g.axis for g in analysis.groups(analysis.load_runs(tmp_path))] == ["width"] * 3
+
+
 def test_a_key_with_a_non_positive_value_is_no_axis(tmp_path):
     for wd in (0.0, 0.1, 0.2):
         fake_record(tmp_path, optim_keys={"weight_decay": wd}, optimum=-8)

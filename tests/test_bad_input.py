@@ -55,7 +55,7 @@ CATALOGUE = [
      "unknown option 'tensorbord' for tracker (did you mean 'tensorboard'?); valid: mlflow, none, tensorboard, wandb"),
     ("unknown W&B mode", ["tracker=wandb", "tracker.mode=ofline"],
      "tracker.mode: Invalid value 'ofline', expected one of [offline, online]"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, depth, horizon, mnist1d, tune, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, batch_examples, depth, horizon, mnist1d, tune, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
@@ -167,11 +167,13 @@ CATALOGUE = [
     ("group YAML without its schema", ["--config-dir", "{yaml_dir}", "model=untyped"],
      "model=mlp: its YAML file must start with 'defaults: [/schema/model/mlp@_here_, _self_]'"),
     # a second inner axis beside the LR (grid.<key>=[...])
-    ("grid key that is no key", ["grid.optim.beta=[0.9]"], "unknown key 'grid.optim.beta' in 'grid.optim'; valid: weight_decay"),
-    ("grid key added past the schema", ["+grid.optim.beta1=[0.9]"],
-     "unknown key 'grid.optim.beta1' (did you mean 'grid.optim.weight_decay'?); valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("grid key that is no key", ["grid.optim.beta=[0.9]"],
+     "unknown key 'grid.optim.beta' in 'grid.optim' (did you mean 'beta2'?); valid: beta1, beta2, eps, weight_decay"),
+    ("grid key added past the schema", ["+grid.optim.momentum=[0.9]"],
+     "unknown key 'grid.optim.momentum' (did you mean 'grid.optim.beta2'?); valid: grid.optim.beta1, grid.optim.beta2, "
+     "grid.optim.eps, grid.optim.weight_decay, grid.param.attn_mult, grid.param.output_mult, grid.hp.<role>.<name>"),
     ("grid key of another option", ["param=modular", "grid.param.output_mult=[1,2]"],
-     "grid.param.output_mult: param=modular has no such key; keys that may vary per run here: optim.weight_decay"),
+     "grid.param.output_mult: param=modular has no such key; keys that may vary per run here: optim.weight_decay, optim.beta1, optim.beta2, optim.eps"),
     ("grid of a scalar", ["grid.optim.weight_decay=0.1"], "grid.optim.weight_decay: Invalid value assigned: float is not a ListConfig"),
     ("empty grid list", ["grid.optim.weight_decay=[]"], "grid.optim.weight_decay=[] must be a non-empty list of numbers"),
     ("non-finite grid value", ["grid.optim.weight_decay=[0,inf]"], "grid.optim.weight_decay=[0.0, inf]: every value must be finite, got inf"),
@@ -317,7 +319,7 @@ NEW_KEYS = [
      "grid.param.output_mult=[1.0, inf]: every value must be finite, got inf"),
     ("a grid in an adaptive sweep", ["width=16,32", "grid.optim.weight_decay=[0,0.1]", "--until-decided"],
      "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
-    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.weight_decay, grid.param.output_mult"),
+    ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.beta1, grid.optim.beta2, grid.optim.eps, grid.optim.weight_decay, grid.param.attn_mult, grid.param.output_mult, grid.hp.<role>.<name>"),
     ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
 ]
 
@@ -420,7 +422,40 @@ def user_models(tmp_path):
     return tmp_path / "usernets.py", tmp_path / "broken.py"
 
 
-CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE + NEW_KEYS]
+# What the hostile probe of issue 58 still found
+PROBE_58 = [
+    ("CompleteP on the MLP", ["param=completep", "depth=8"],
+     "param=completep multiplies residual branches by its depth rule, and model=mlp has none (its layers are one chain)"
+     ": a depth study under it would measure the rule without its depth part; models with residual branches: resnet, "
+     "resnet_cnn, transformer, and custom where they are found or named (model.branch_outputs)"),
+    ("depth-muP on the MLP", ["param=mup", "param.depth_exponent=0.5"],
+     "param=mup multiplies residual branches by its depth rule, and model=mlp has none"),
+    ("CompleteP base depth past depth's bound", ["model=resnet", "param=completep", "param.base_depth=1000000"],
+     "param.base_depth=1e+06 is beyond the sane bound of 1,024 layers or blocks (depth's own bound)"),
+    ("muP hidden std of 1e300", ["param=mup", "param.hidden_std=1e300"],
+     "param.hidden_std=1e+300 is beyond the sane bound of 1.0 (the std of a hidden weight's entries at the base width"),
+    ("a boolean key given 2", ["param=mup", "param.eps_by_width=2"], "param.eps_by_width=2 is not a boolean; valid: true, false"),
+    ("a boolean key given yes", ["model.bias=yes"], "model.bias=yes is not a boolean; valid: true, false"),
+    ("a boolean section key given 1", ["engine.progress=1"], "engine.progress=1 is not a boolean; valid: true, false"),
+    ("attention multiplier on a model without attention", ["param=mup", "param.attn_mult=1"],
+     "param.attn_mult=1.0 does nothing here: it acts on attention logits, and model=mlp computes no attention; leave it "
+     "out (models with attention: custom, transformer)"),
+    ("LR x decay past 1 at the grid's top", ["optim.weight_decay=1e10", "optim.decay_scaling=lr"],
+     "optim.weight_decay=1e+10 with optim.decay_scaling=lr takes LR x decay = 2^-6 x 1e+10 = 1.56e+08 of each weight a "
+     "step at the grid's top LR (lr.log2_max=-6): 1 or more wipes out every weight at the first step; give a weight "
+     "decay below 64 (1 / the top LR), or a lower lr.log2_max"),
+    ("LR x decay past 1 in a grid", ["optim.decay_scaling=lr", "grid.optim.weight_decay=[0,1,100]"],
+     "optim.weight_decay=100 with optim.decay_scaling=lr takes LR x decay = 2^-6 x 100 = 1.56 of each weight"),
+    ("a decay of 1 a step", ["optim.weight_decay=1"],
+     "optim.weight_decay=1 with optim.decay_scaling=independent takes 1 of each weight a step: 1 or more wipes out "
+     "every weight at the first step"),
+    ("branch outputs outside the branches", ["model=custom", "model.target={models}:build", "param=completep",
+                                             "model.branch_outputs=*"],
+     "model.branch_outputs=* matches 0, outside the residual branches (in no block of the model); it matched 0, 2, 4: "
+     "match each branch's last Linear only (e.g. '*.c_proj')"),
+]
+
+CASES = [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in CATALOGUE + NEW_KEYS + PROBE_58]
 
 
 @pytest.fixture(scope="module")
@@ -458,6 +493,36 @@ def test_bad_sweep_input(cli, finished, tmp_path, yaml_dir, datasets, user_model
     assert lines[0].startswith("error: ") and fragment.format(**subs) in lines[0], lines[0]
     assert "Traceback" not in err
     assert {p: p.read_bytes() for p in finished.rglob("record.json")} == before
+
+
+def boolean_keys() -> list[tuple[list[str], str]]:
+    """Every boolean key of every option and section: (the overrides choosing its option, the key)."""
+    from dataclasses import fields
+
+    from lrtransfer import options
+    from lrtransfer.config.validate import SECTIONS
+
+    out = [([f"{g}={name}"], f"{g}.{f.name}") for g in options.GROUPS for name, schema in options.of(g).items()
+           for f in fields(schema) if f.type in (bool, "bool")]
+    return out + [([], f"{section}.{f.name}") for section, schema in SECTIONS.items() for f in fields(schema)
+                  if f.type in (bool, "bool")]
+
+
+@pytest.mark.parametrize("choose, key", boolean_keys(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_every_boolean_key_takes_only_a_boolean(choose, key):
+    """OmegaConf reads 2, 1, 'yes', 'on' as true: `param.eps_by_width=2` trained with the rule on, without a word."""
+    from lrtransfer.config import ConfigError, validate
+    from tests.conftest import compose
+
+    for value in ("2", "yes"):
+        over = [*choose, f"{key}={value}"]
+        with pytest.raises(ConfigError, match=re.escape(f"{key}={value} is not a boolean; valid: true, false")):
+            validate(compose(*over), over)
+    for value in ("false", "true"):  # taken (or refused for another reason: model=cnn on the default vectors)
+        try:
+            validate(compose(*choose, f"{key}={value}"), [*choose, f"{key}={value}"])
+        except ConfigError as e:
+            assert "is not a boolean" not in str(e)
 
 
 def test_an_empty_results_dir_is_one_line(cli, tmp_path, monkeypatch):
@@ -673,6 +738,22 @@ def test_a_copied_study_folder_is_read_once(cli, two_widths, tmp_path):
     assert [g["n_runs"] for g in doc["groups"]] == [[5, 5]] and len(doc["set_aside"]) == 2
     code, out, _ = cli("export", str(tmp_path / "r"))
     assert code == 0 and "(10 runs," in out
+
+
+@pytest.mark.parametrize("command", ["list", "summary", "plot", "report", "predict"])
+def test_runs_two_jobs_hold_are_one_warning_line_in_every_command(cli, two_widths, tmp_path, command):
+    """`list` and `report` printed it as a raw Python warning (`grouping.py:92: SkippedRecordWarning: ...`
+    and the source line), `summary` and `plot` as the `warning:` line every command now prints."""
+    import json
+
+    path = _copy(two_widths, tmp_path / "r")[0]
+    rec = json.loads(path.read_text())
+    rec["job_id"], rec["config"]["n_seeds"] = "again", 1  # the same runs, in a job of another id
+    (path.parent.parent / "again").mkdir()
+    (path.parent.parent / "again" / "record.json").write_text(json.dumps(rec))
+    code, out, err = cli(command, str(tmp_path / "r"), *(["--width", "64"] if command == "predict" else []))
+    line = f"warning: study s: {len(rec['runs'])} run(s) are held by two jobs (the same seed and LR"
+    assert err.count(line) == 1 and "SkippedRecordWarning" not in err and "grouping.py" not in err, err
 
 
 @pytest.mark.parametrize("command", ["plot", "report"])

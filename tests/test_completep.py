@@ -180,3 +180,58 @@ def test_inspect_of_the_built_in_transformer(cli):
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["branch_mult"], doc["attention_scale"]) == (0.25, pytest.approx(4**0.5 / 8))  # 4 heads: d 8, d_base 4
+
+
+# Each built-in model, with data of a kind it reads (its input shape) and the overrides that choose it
+EACH_MODEL = {"mlp": ((32,), []), "resnet": ((32,), []), "cnn": ((1, 8, 8), ["data=mnist"]),
+            "resnet_cnn": ((1, 8, 8), ["data=mnist"]), "cnn1d": ((1, 40), ["data=mnist1d"]),
+            "transformer": ((8,), ["data=text"])}
+
+
+@pytest.mark.parametrize("model", list(EACH_MODEL))
+@pytest.mark.parametrize("rule", [["param=completep"], ["param=mup", "param.depth_exponent=0.5"]],
+                         ids=["completep", "depth-muP"])
+def test_a_depth_rule_is_refused_on_a_built_in_model_without_residual_branches(model, rule):
+    """param=completep on the MLP was muP, said nowhere: a depth study under it measured muP. A model
+    without branches is refused, as a custom one is; those with branches build."""
+    shape, over = EACH_MODEL[model]
+    cfg = typed(f"model={model}", *over, *rule, "depth=4", "width=16")
+    param = build.parameterization(cfg)
+    if model in ("resnet", "resnet_cnn", "transformer"):
+        net = build.model(cfg, param, runs=1, input_shape=shape, output_dim=10)
+        assert any(a.in_branch for a in net.atoms())
+        return
+    with pytest.raises(build.ConfigError) as e:
+        build.model(cfg, param, runs=1, input_shape=shape, output_dim=10)
+    assert str(e.value) == (f"param={cfg.param.name} multiplies residual branches by its depth rule, and model={model} has "
+                            "none (its layers are one chain): a depth study under it would measure the rule without its "
+                            "depth part; models with residual branches: resnet, resnet_cnn, transformer, and custom where "
+                            "they are found or named (model.branch_outputs)")
+
+
+@pytest.mark.parametrize("glob, fragment", [
+    ("*", "model.branch_outputs=* gives the branch transformer.h.0.attn 2 output layers (transformer.h.0.attn.c_attn, "
+          "transformer.h.0.attn.c_proj), which would multiply it 2 times; it matched transformer.h.0.attn.c_attn, "
+          "transformer.h.0.attn.c_proj, transformer.h.0.mlp.c_fc, transformer.h.0.mlp.c_proj, transformer.h.1.attn.c_attn, "
+          "transformer.h.1.attn.c_proj, ...: match one Linear a branch, its last (e.g. '*.c_proj')"),
+    ("*.mlp.*", "model.branch_outputs=*.mlp.* gives the branch transformer.h.0.mlp 2 output layers"),
+    ("*.c_attn", "model.branch_outputs=*.c_attn matches transformer.h.0.attn.c_attn, which is not the last Linear of its "
+                 "branch transformer.h.0.attn (transformer.h.0.attn.c_proj follows it); it matched "
+                 "transformer.h.0.attn.c_attn, transformer.h.1.attn.c_attn: match each branch's last Linear (e.g. '*.c_proj')"),
+    ("*.c_proj", None),  # each branch's last Linear, once: as the known families' default finds them
+])
+def test_a_branch_glob_must_name_each_branchs_last_linear_once(nanogpt_over, cli, glob, fragment):
+    """A glob matching several Linears of a branch multiplied the branch once per match (only an inspect
+    note listed them); one matching a Linear before its branch's end multiplied no branch output."""
+    code, out, err = cli("inspect", *nanogpt_over, *SMALL, "depth=2", "param=completep", f"model.branch_outputs={glob}")
+    if fragment is None:
+        assert code == 0 and "residual branches end in transformer.h.0.attn.c_proj, transformer.h.0.mlp.c_proj, " in out, err
+        return
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {fragment}"), err
+
+
+@pytest.fixture
+def nanogpt_over():
+    from tests.test_published import NANOGPT
+
+    return ["model=custom", *(o.format(path=NANOGPT) for o in FAMILIES["nanogpt"])]

@@ -3,7 +3,9 @@ its roles are read off shapes, and a module vmap cannot run still trains (one ru
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from lrtransfer.training import build, engine
 from lrtransfer.training.engine import Run
 from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 from lrtransfer.store import job_id
-from tests.conftest import compose, lrtransfer_cmd, typed
+from tests.conftest import TINY, compose, lrtransfer_cmd, typed
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mynets.py"
 SMALL = ["width=24", "depth=3", "train.batch_size=8", "data.eval_size=32", "engine.device=cpu",
@@ -352,3 +354,39 @@ def test_a_package_in_the_folder_the_sweep_runs_from_is_found(tmp_path):
                                               "width=16,32", f"results_dir={tmp_path / 'r'}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "2 job(s)" in done.stdout, (done.stdout, done.stderr)
+
+
+def test_a_target_file_imports_the_module_beside_it_and_trains(tmp_path):
+    """`model.target=mod2.py:build` whose mod2.py does `import helper2` (and a config file doing the
+    same) failed with ModuleNotFoundError unless PYTHONPATH named the folder: Python puts a script's
+    folder on the path, and lrtransfer now does the same while importing the file. Trained in a
+    fresh process run from another folder, and the job's id follows the sibling's content."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "mod2.py").write_text(TARGET.replace("import helpers", "import helper2 as helpers"))
+    (models / "helper2.py").write_text(HELPERS)
+    (models / "cfg2.py").write_text("import defaults2\n" + CONFIG.replace("hidden: int = 8", "hidden: int = defaults2.HIDDEN"))
+    (models / "defaults2.py").write_text("HIDDEN = 8\n")
+    (models / "net2.py").write_text(CONFIGURED)
+    (tmp_path / "elsewhere").mkdir()
+    targets = [[f"model.target={models / 'mod2.py'}:build"],
+               [f"model.target={models / 'net2.py'}:Net", f"model.config={models / 'cfg2.py'}:NetConfig",
+                "model.width_key=hidden"]]
+    for i, target in enumerate(targets):
+        done = subprocess.run(lrtransfer_cmd() + ["sweep", "model=custom", *target, *TINY, "width=16",
+                                                  f"results_dir={tmp_path / 'r'}", f"name=s{i}"],
+                              cwd=tmp_path / "elsewhere", capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        records = [json.loads(p.read_text()) for p in (tmp_path / "r" / f"s{i}").glob("*/record.json")]
+        assert len(records) == 1 and records[0]["status"] == "complete"
+        assert all(run["final_loss"] is not None for run in records[0]["runs"])
+    from lrtransfer.options.model.target import load
+
+    before = sys.path.copy()
+    assert callable(load(f"{models / 'mod2.py'}:build"))  # in this process too
+    assert sys.path == before and "helper2" in sys.modules  # the folder was on the path while the file imported
+    del sys.modules["helper2"]
+    over = ["model=custom", *targets[0]]
+    first = job_id(compose(*over))
+    (models / "helper2.py").write_text(HELPERS.replace("ReLU", "GELU"))
+    assert job_id(compose(*over)) != first

@@ -198,7 +198,8 @@ def plain_loop(net, ens, k: int, start: dict) -> tuple[list[float], dict, list[s
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=o.momentum, nesterov=o.nesterov)
     else:
         kind, decay = (torch.optim.AdamW, {"weight_decay": o.weight_decay}) if o.weight_decay else (torch.optim.Adam, {})
-        opt = kind(net.parameters(), lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, **decay)
+        b1, b2, eps = (float(x[k]) if isinstance(x, torch.Tensor) else x for x in (o.beta1, o.beta2, o.eps))  # per run
+        opt = kind(net.parameters(), lr=lr, betas=(b1, b2), eps=eps, **decay)
     gen = torch.Generator().manual_seed(data_seed(ens.runs[k].seed))
     losses, used = [], []
     for _ in range(ens.steps):
@@ -266,6 +267,14 @@ def test_runs_that_use_a_parameter_at_different_steps_each_train_as_their_own_pl
                                    [Run(log2_lr=-6, seed=0), Run(log2_lr=-5, seed=1), Run(log2_lr=-5, seed=0)])
     assert seeds[0] != seeds[1] and seeds[0] == seeds[2]
     trained_as_plain_loops(hostile, "OddSteps", OPTIMIZERS["sgd"], [Run(log2_lr=e, seed=0) for e in (-7, -5, -4)])
+
+
+def test_runs_with_their_own_betas_skip_a_parameter_as_their_own_plain_loops(hostile):
+    """Per-run beta1, beta2 and epsilon (grid.optim.*): the skipped steps' update takes each run's own."""
+    runs = [Run(log2_lr=-5, seed=0, grid=(("optim.beta2", b),)) for b in (0.5, 0.999)]
+    trained_as_plain_loops(hostile, "OddSteps", OPTIMIZERS["adamw"], runs)
+    runs = [Run(log2_lr=-5, seed=0, grid=(("optim.beta1", b),)) for b in (0.3, 0.9)]
+    trained_as_plain_loops(hostile, "OddSteps", OPTIMIZERS["adam"], runs)
 
 
 @pytest.mark.parametrize("name", ["OddSteps", "ByBatch"])

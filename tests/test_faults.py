@@ -111,9 +111,12 @@ def test_sigint_then_rerun_computes_exactly_the_missing_jobs(tmp_path):
             "engine.progress=false", f"results_dir={tmp_path}", "name=s"]
     proc = subprocess.Popen(lrtransfer_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    while not list((tmp_path / "s").glob("*/record.json")) and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # well into the second job, past a checkpoint
+    def cut() -> bool:  # one job done, another past a checkpoint (a fixed wait missed it on a loaded machine)
+        folders = [p.parent for p in (tmp_path / "s").glob("*/checkpoint.pt")]
+        return bool(list((tmp_path / "s").glob("*/record.json"))) and any(not (f / "record.json").exists() for f in folders)
+
+    while not cut() and time.time() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -433,3 +436,73 @@ def test_a_python_sweep_killed_under_processes_stops_its_workers_and_leaves_no_s
     assert not any(_alive(pid) for pid in workers), "a worker went on after its sweep died"
     assert len(list((tmp_path / "s").glob("*/checkpoint.pt"))) == 2  # each saved its job on the way out
     assert not (tmp_path / "s" / ".submitit").exists()
+
+
+FULL_DISK_IN_THE_WORKER = """
+import errno
+from hydra.core import utils
+
+def full(cfg, filename, output_dir):
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / filename).write_text("")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+utils._save_config = full
+"""
+
+
+@pytest.mark.slow  # two sweeps of submitit workers, each importing torch: ~1.5 min each on a loaded machine
+def test_a_full_disk_under_the_submitit_launcher_is_one_line(tmp_path):
+    """Hydra cannot write a job's .hydra/ in a submitit worker (hydra/launcher=processes, as slurm's
+    workers): it came back as submitit's FailedJobError, a 96-line traceback in the sweep. Now the
+    same line as under the in-process launcher (exit 1), no folder without a record left behind; the
+    re-run, with room again, computes every job. (The workers' disk fills: a sitecustomize on their
+    path, which only processes started after it are given.)"""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "sitecustomize.py").write_text(FULL_DISK_IN_THE_WORKER)
+    args = ["sweep", *TINY, "width=16,32", "hydra/launcher=processes", f"results_dir={tmp_path / 'r'}", "name=s"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "full"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(lrtransfer_cmd() + args, capture_output=True, text=True, timeout=300, env=env)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: could not write in {tmp_path / 'r' / 's'} (No space left on device): the sweep "
+                               "stopped, every finished record kept (0 of the 2 job(s) it was launching finished)")
+    assert [p.name for p in (tmp_path / "r" / "s").iterdir()] == ["multirun.yaml"]  # nothing half-written
+    done = subprocess.run(lrtransfer_cmd() + args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and len(list((tmp_path / "r" / "s").glob("*/record.json"))) == 2, done.stderr
+
+
+WORKER_TRACE = """Job (task=0) failed during processing with trace:
+----------------------
+Traceback (most recent call last):
+  File ".../hydra/core/utils.py", line 77, in _save_config
+    with open(str(output_dir / filename), "w", encoding="utf-8") as file:
+OSError: [Errno 28] No space left on device
+
+----------------------
+You can check full logs with 'job.stderr(0)' and 'job.stdout(0)'or at paths:
+  - /tmp/lrtransfer-submitit/x/1_0_log.err"""
+
+
+def test_a_worker_that_cannot_write_is_the_sweeps_one_line(cli, tmp_path, monkeypatch):
+    """What submitit hands back when a worker's Hydra cannot write (its FailedJobError, the worker's
+    traceback as its text), as the in-process sweep says a full disk: one line, exit 1 (the slow test
+    above fills a real worker's disk)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # Hydra's scan of its plugins runs their modules again: the class patched is the one it keeps
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+    from submitit.core.utils import FailedJobError
+
+    def fails(self, job_overrides, initial_job_idx):
+        raise FailedJobError(WORKER_TRACE)
+
+    monkeypatch.setattr(BaseSubmititLauncher, "launch", fails)
+    code, out, err = cli("sweep", *TINY, "width=16,32", "hydra/launcher=processes", f"results_dir={tmp_path / 'r'}", "name=s")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == (f"error: could not write in {tmp_path / 'r' / 's'} (No space left on device): the sweep stopped, "
+                        "every finished record kept (0 of the 2 job(s) it was launching finished); free some space (or "
+                        "set results_dir=PATH) and re-run the same command to compute the rest")

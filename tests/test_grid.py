@@ -53,10 +53,18 @@ CASES = {
     "weight decay, with the LR": ("optim.weight_decay", [0.0, 0.003, 0.05], ["optim.decay_scaling=lr"]),
     "weight decay, sgd, cosine": ("optim.weight_decay", [0.01, 0.2], ["optim=sgd", "train.schedule=cosine"]),
     "weight decay, muon": ("optim.weight_decay", [0.0, 0.05], ["optim=muon"]),
+    "adam beta1": ("optim.beta1", [0.5, 0.9, 0.99], []),
+    "adam beta2, muP's per-tensor eps": ("optim.beta2", [0.9, 0.999], ["param=mup", "param.base_width=8"]),
+    "adam eps, the rule on, wide": ("optim.eps", [1e-8, 1e-3], ["param.sde_rule=sde", "train.steps=30",
+                                                                 "param.base_steps=60", "width=200"]),
+    "muon beta1": ("optim.beta1", [0.8, 0.95], ["optim=muon"]),
     "muP output multiplier": ("param.output_mult", [0.25, 1.0, 3.0], ["param=mup", "param.base_width=8"]),
     "muP output multiplier, model=custom": ("param.output_mult", [0.25, 1.0, 3.0],
                                             ["param=mup", "param.base_width=8", "model=custom", f"model.target={EXAMPLE}:build"]),
 }
+
+
+ROUNDED = ("optim.beta1", "optim.beta2", "optim.eps")  # equal to a configured job to rounding (below)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -77,9 +85,14 @@ def test_a_run_with_value_v_equals_a_job_with_the_key_set_to_v(case):
     """Number for number, in the default float32: the per-run value is rounded as the scalar is.
 
     The job with the scalar trains the same K runs (same LRs, same ensemble layout): in float32
-    a batched kernel's rounding may depend on K itself, which is not what is tested here."""
+    a batched kernel's rounding may depend on K itself, which is not what is tested here.
+
+    Adam's per-run betas and epsilon (`ROUNDED`) to rounding, in float64: the fused kernel takes one
+    of each per call, so a small tensor's runs are updated one slice at a time where the scalar's
+    job updates them all at once, and the kernel's vectorised body and scalar tail round differently
+    (1 ulp in float32 here and there)."""
     key, values, extra = CASES[case]
-    over = [*SMALL, *extra, "train.steps=30"]
+    over = [*SMALL, *extra, "train.steps=30", *(["train.dtype=float64"] if key in ROUNDED else [])]
     runs = grid_runs(key, values)
     together = engine.train(build.job(typed(*over)), runs)
     plain = [Run(log2_lr=r.log2_lr, seed=r.seed) for r in runs]
@@ -88,7 +101,11 @@ def test_a_run_with_value_v_equals_a_job_with_the_key_set_to_v(case):
         v = r.grid[key]
         assert r.grid == {key: runs[k].grid[0][1]}
         ref = alone[v][k]
-        assert (r.history_loss, r.final_loss, r.eval_loss) == (ref.history_loss, ref.final_loss, ref.eval_loss)
+        if key in ROUNDED:
+            assert r.history_loss == pytest.approx(ref.history_loss, rel=1e-12)
+            assert (r.final_loss, r.eval_loss) == pytest.approx((ref.final_loss, ref.eval_loss), rel=1e-12)
+        else:
+            assert (r.history_loss, r.final_loss, r.eval_loss) == (ref.history_loss, ref.final_loss, ref.eval_loss)
     # the values matter: the runs at one LR differ (else this test could not fail)
     finals = {r.grid[key]: r.final_loss for r in together if r.log2_lr == -6}
     assert len(set(finals.values())) == len(values)

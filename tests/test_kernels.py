@@ -89,3 +89,38 @@ def test_slot_multipliers_reach_the_optimizer_and_the_decay():
         decays = param.decays(slots, lr, 1.0, SimpleNamespace(weight_decay=0.01, decay_scaling=scaling))
         torch.testing.assert_close(decays[0], torch.tensor([first, 0.0], dtype=torch.float64))
         torch.testing.assert_close(decays[1], torch.tensor([second, 0.0], dtype=torch.float64))
+
+
+def plain_with(grads_seq, b1, b2, eps):
+    m = v = 0
+    for t, g in enumerate(grads_seq, 1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+    return (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + eps)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_per_tensor_and_per_run_betas_and_epsilon(monkeypatch, fused):
+    """Each tensor's own beta1, beta2 and epsilon, each shared by the runs or one per run
+    (`kernels.plan`): every run's slice of every tensor gets Adam's direction with its own values.
+    Values far apart, so that a swapped one would show."""
+    monkeypatch.setattr(kernels, "use_fused", fused)
+    gen = torch.Generator().manual_seed(2)
+    K, shapes = 3, [(3, 4, 5), (3, 5), (3, 2)]
+    b1 = [0.9, (0.5, 0.8, 0.95), 0.7]
+    b2 = [(0.99, 0.9, 0.999), 0.95, 0.95]
+    eps = [(1e-1, 1e-2, 1e-3), 1e-3, 1e-2]
+    calls = kernels.plan(b1, b2, eps, K)
+    assert [c[4] for c in calls].count(None) == 1  # the tensor with shared settings: one call, all runs
+    grads_seq = [[torch.randn(s, generator=gen, dtype=torch.float64) * 1e-2 for s in shapes] for _ in range(3)]
+    m = [torch.zeros(s, dtype=torch.float64) for s in shapes]
+    v = [torch.zeros(s, dtype=torch.float64) for s in shapes]
+    out = [torch.full(s, math.nan, dtype=torch.float64) for s in shapes]
+    for t, grads in enumerate(grads_seq, 1):
+        kernels.adam_directions_(out, grads, m, v, t, b1, b2, eps)
+    for i in range(len(shapes)):
+        for k in range(K):
+            want = plain_with([g[i][k] for g in grads_seq], *(kernels.at(x[i], k) for x in (b1, b2, eps)))
+            torch.testing.assert_close(out[i][k], want, rtol=1e-12, atol=1e-12)
+    other = plain_with([g[1][0] for g in grads_seq], 0.8, 0.95, 1e-3)  # run 1's beta1 in run 0
+    assert not torch.allclose(out[1][0], other)

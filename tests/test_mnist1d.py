@@ -91,6 +91,16 @@ def test_a_missing_package_names_the_extra(tmp_path, monkeypatch, cli):
     assert code == 2 and err.count("\n") == 1 and "lrtransfer[mnist1d]" in err
 
 
+def test_an_unusable_cache_is_one_line(tmp_path, cli):
+    """A cache that is a regular file (or under /proc) is said before generating, as data=hf_disk's."""
+    (tmp_path / "file").write_text("not a folder")
+    for cache, why in ((tmp_path / "file", f"{tmp_path / 'file'} is a regular file, not a folder"),
+                       ("/proc/forbidden", "No such file or directory")):
+        code, _, err = cli("sweep", *SMALL, f"data.cache={cache}", "model=cnn1d", f"results_dir={tmp_path}/r")
+        assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: data.cache={cache}: cannot keep files in "
+                                                                     f"{cache} ({why})"), err
+
+
 def test_eval_size_larger_than_the_test_split_is_refused(tmp_path):
     with pytest.raises(DataError, match="data.eval_size=41 but MNIST-1D's test split has 40 signals"):
         ensure_files(small(tmp_path, "data.eval_size=41").data)

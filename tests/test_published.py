@@ -271,6 +271,22 @@ def test_vocab_key_and_context_key_name_a_configs_own_fields(cli, tmp_path):
         assert (net.net.config.vocab, net.net.config.ctx) == (20, 8)
 
 
+def test_a_context_longer_than_the_models_own_is_refused_before_any_job(cli, tmp_path):
+    """Found at each job's first forward (exit 1 per job, its record a failure): the checks before
+    training build the model on the meta device, where an index past a table is not checked. Now a
+    sweep (and its plan) refuses it in one line, exit 2, before any job."""
+    (tmp_path / "odd.py").write_text(ODD)
+    over = ["model=custom", f"model.target={tmp_path / 'odd.py'}:Odd", f"model.config={tmp_path / 'odd.py'}:OddConfig",
+            "model.width_key=n_embd", "model.vocab_key=vocab", "data=text", "data.seq_len=64", "width=16,32",
+            "train.steps=2", "engine.progress=false", f"results_dir={tmp_path / 'r'}"]
+    code, out, err = cli("sweep", *over)
+    assert code == 2 and err.count("\n") == 1 and "fails on the data's context of 64 tokens (data.seq_len; IndexError: " \
+        "index out of range in self): its own is 32 (its config's ctx=32; wpe has 32 rows)" in err, (out, err)
+    assert not (tmp_path / "r").exists()
+    code, out, err = cli("sweep", *over, "model.context_key=ctx")  # its context set to the data's: trains
+    assert code == 0 and len(list((tmp_path / "r").rglob("record.json"))) == 2, err
+
+
 KEYWORDS = """
 from torch import nn
 

@@ -150,6 +150,20 @@ def test_a_data_file_is_in_a_jobs_identity_by_its_content_not_its_path(nano, tmp
     assert job_id(compose(*base, *tokens(big))) != ref
 
 
+def test_meta_pkl_is_in_a_jobs_identity_only_where_it_is_read(nano, tmp_path):
+    """With data.vocab_size given, meta.pkl is not read: editing or deleting it retrained every job."""
+    folder, _ = nano
+    shutil.copytree(folder, tmp_path / "d")
+    base = ["model=transformer", *SMALL, *tokens(tmp_path / "d")]
+    given, read = job_id(compose(*base, "data.vocab_size=40")), job_id(compose(*base))
+    with open(tmp_path / "d" / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": 40, "stoi": {"a": 0}}, f)
+    assert job_id(compose(*base, "data.vocab_size=40")) == given  # not read: the same job
+    assert job_id(compose(*base)) != read  # read: another
+    (tmp_path / "d" / "meta.pkl").unlink()
+    assert job_id(compose(*base, "data.vocab_size=40")) == given
+
+
 # ---------------------------------------------------------------- bad input
 class RunsCode:
     def __reduce__(self):
@@ -313,6 +327,8 @@ def hf(tmp_path_factory):
     datasets.DatasetDict(train=datasets.Dataset.from_dict({"text": rows[:cut]}),
                          validation=datasets.Dataset.from_dict({"text": []})).save_to_disk(str(root / "empty_val"))
     datasets.enable_progress_bars()
+    os.mkfifo(root / "fifo.json")  # never opened: reading it would wait for a writer
+    (root / "file").write_text("not a folder")
     return root, tok, rows, cut
 
 
@@ -373,6 +389,14 @@ BAD_HF = [
     (["data.path={root}/empty_val"], "data.path={root}/empty_val: its validation split is empty, and datasets cannot "
      "load a DatasetDict with an empty split; save it without that split"),
     (["data.tokenizer={root}/text/dataset_dict.json"], "not a tokenizer.json the tokenizers library reads"),
+    (["data.tokenizer={root}/fifo.json"], "data.tokenizer={root}/fifo.json: not a regular file (a FIFO); a tokenizer.json "
+     "on disk"),  # as data=tokens says of a FIFO
+    (["data.path={root}/fifo.json"], "data.path={root}/fifo.json: not a folder (a FIFO)"),
+    (["data.tokenizer={root}/tokenizer.json", "data.cache={root}/file"],
+     "data.cache={root}/file: cannot keep files in {root}/file/tokens ({root}/file is a regular file, not a folder); "
+     "give data.cache=PATH, a folder you can write"),
+    (["data.tokenizer={root}/tokenizer.json", "data.cache=/proc/forbidden"],
+     "data.cache=/proc/forbidden: cannot keep files in /proc/forbidden/tokens (No such file or directory)"),
 ]
 
 
@@ -384,6 +408,111 @@ def test_each_bad_dataset_is_one_line(hf, over, fragment):
         ensure_files(cfg.data)
     assert "\n" not in str(e.value) and fragment.format(root=root, cwd=Path.cwd()) in str(e.value)
     assert not list((root / "cache").glob("tokens/.*.tmp"))
+
+
+UNUSABLE_CACHES = [  # (data.cache, the one line's fragment); {root}: the hf fixture's folder
+    ("/proc/forbidden", "data.cache=/proc/forbidden: cannot keep files in /proc/forbidden/tokens (No such file or directory)"),
+    ("{root}/file", "data.cache={root}/file: cannot keep files in {root}/file/tokens ({root}/file is a regular file, not a folder)"),
+    ("{root}/file/under", "({root}/file is a regular file, not a folder)"),
+]
+
+
+@pytest.mark.parametrize("plan", [True, False], ids=["plan", "sweep"])
+@pytest.mark.parametrize("cache, fragment", UNUSABLE_CACHES, ids=[c[0] for c in UNUSABLE_CACHES])
+def test_an_unusable_cache_is_one_line_in_a_sweep_and_a_plan(cli, hf, tmp_path, cache, fragment, plan):
+    """Was an 89-line FileNotFoundError (or NotADirectoryError) traceback, exit 1, from the writer."""
+    root, *_ = hf
+    over = ["data=hf_disk", f"data.path={root / 'text'}", f"data.tokenizer={root / 'tokenizer.json'}",
+            f"data.cache={cache.format(root=root)}"]
+    code, out, err = cli("sweep", *(["--plan"] if plan else []), "model=transformer", *SMALL, *over,
+                         f"results_dir={tmp_path / 'results'}")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fragment.format(root=root) in lines[0], err
+    assert "give data.cache=PATH, a folder you can write" in lines[0] and not (tmp_path / "results").exists()
+
+
+def test_a_read_only_cache_is_one_line(hf, tmp_path, monkeypatch):
+    """A read-only folder (here the system's refusal, simulated: root may write anywhere)."""
+    import errno
+
+    root, *_ = hf
+    real = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self.is_relative_to(tmp_path):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    cfg = typed("model=transformer", *SMALL, *hf_disk(root, f"data.tokenizer={root / 'tokenizer.json'}"),
+                f"data.cache={tmp_path / 'ro'}")
+    with pytest.raises(DataError) as e:
+        ensure_files(cfg.data)
+    assert str(e.value) == (f"data.cache={tmp_path / 'ro'}: cannot keep files in {tmp_path / 'ro' / 'tokens'} (Read-only "
+                            "file system); give data.cache=PATH, a folder you can write")
+
+
+def test_a_full_disk_while_tokenizing_is_one_line_and_leaves_nothing_half_written(hf, tmp_path, monkeypatch):
+    """The disk fills after the first 4 kB of a stream: one line (a Fault, exit 1), no file left that a
+    later run would read; that run, with room again, makes the whole stream."""
+    import errno
+
+    from lrtransfer.errors import Fault
+    from lrtransfer.options.data import cache
+
+    root, tok, rows, cut = hf
+    over = ["data=hf_disk", f"data.path={root / 'text'}", f"data.tokenizer={root / 'tokenizer.json'}",
+            f"data.cache={tmp_path / 'c'}"]
+
+    class Filling:
+        def __init__(self, f):
+            self.f, self.room = f, 4096
+
+        def write(self, data):
+            if len(data) > self.room:
+                self.f.write(data[: self.room])  # as much as fits, then the error
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.room -= len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(cache, "open", lambda *a, **k: Filling(open(*a, **k)), raising=False)
+    monkeypatch.setattr("lrtransfer.options.data.hf_disk.ROWS", 50)  # several writes a stream
+    with pytest.raises(Fault) as e:
+        task_of(*over)
+    stream = tmp_path / "c" / "tokens"
+    assert str(e.value).startswith(f"could not write {stream}/hf-") and "(No space left on device): nothing " \
+        "half-written is kept" in str(e.value) and "\n" not in str(e.value)
+    assert list(stream.iterdir()) == []  # no stream, no temporary file
+    monkeypatch.undo()
+    task = task_of(*over)
+    assert np.array_equal(every_id(task.train), np.concatenate([tok.encode(r).ids for r in rows[:cut]]))
+
+
+def test_a_plan_makes_no_token_cache_and_says_so(cli, hf, tmp_path):
+    """The docs say a plan writes nothing: it checked the data, sized and timed the jobs, and left the
+    cache unmade (the sweep makes it), saying so."""
+    root, *_ = hf
+    over = ["data=hf_disk", f"data.path={root / 'text'}", f"data.tokenizer={root / 'tokenizer.json'}",
+            f"data.cache={tmp_path / 'cache'}"]
+    code, out, err = cli("sweep", "--plan", "model=transformer", *SMALL, *over, f"results_dir={tmp_path / 'results'}")
+    assert code == 0 and "1 missing" in out and "ms per run-step (timed" in out, (out, err)
+    assert f"its token streams are not made yet; a plan writes nothing, so the sweep tokenizes it into " \
+           f"{tmp_path / 'cache' / 'tokens'} before its first job" in out
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "results").exists()
+    code, out, err = cli("sweep", "model=transformer", *SMALL, *over, f"results_dir={tmp_path / 'results'}")
+    assert code == 0 and len(list((tmp_path / "cache" / "tokens").glob("hf-*.bin"))) == 2, err
+    code, out, err = cli("sweep", "--plan", "model=transformer", *SMALL, *over, "width=32",
+                         f"results_dir={tmp_path / 'results'}")
+    assert code == 0 and "not made yet" not in out  # made: the plan reads it as the sweep will
 
 
 def test_a_dataset_dict_too_deep_to_parse_is_one_line(tmp_path):

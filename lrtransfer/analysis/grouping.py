@@ -8,7 +8,9 @@ The scale axis is one mechanism for every key: the first candidate (`width`,
 `depth`, then every other positive numeric config key by name) that takes more
 than one value among runs equal in every other key. So width and depth keep
 their precedence, and a study whose curves differ only in `train.steps`,
-`train.batch_size` or `data.train_size` is read along that key.
+`train.batch_size` or `data.train_size` is read along that key. A key other than
+width or depth may bring another along (`tied`): at a fixed number of examples,
+train.steps halves as train.batch_size doubles, and the batch is the axis.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from lrtransfer.analysis import versions
+import lrtransfer.analysis.versions as versions
 from lrtransfer.analysis.records import (
     HISTORY_COLUMNS,
     INPUTS,
@@ -55,14 +57,32 @@ def config_columns(df: pd.DataFrame) -> list[str]:
 
 def scale_axis(df: pd.DataFrame) -> str:
     """The key that varies within groups: the first of `axis_candidates` that takes more than one
-    value among runs equal in every other config key. When none does (one scale per group): width,
-    or where the runs have none (imported from a table) the first candidate they have."""
+    value among runs equal in every other config key (but those `tied` to it). When none does (one
+    scale per group): width, or where the runs have none (imported from a table) the first candidate
+    they have."""
     columns = config_columns(df)
     for axis in axis_candidates(df, varying(df, columns)):
-        keys = [c for c in columns if c != axis]
+        keys = [c for c in columns if c != axis and c not in tied(df, axis, columns)]
         if not keys or (df.groupby(keys, dropna=False)[axis].nunique() > 1).any():
             return axis
     return next(iter(axis_candidates(df, columns)), SCALE_AXES[0])
+
+
+def tied(df: pd.DataFrame, axis: str, columns: list[str]) -> list[str]:
+    """The keys that change with `axis` and only with it, one value for each of its values and back,
+    among runs equal in every other key: a fixed-examples study's train.steps beside its
+    train.batch_size (study=batch_examples). They go with the axis, not into a group's name. Width
+    and depth tie nothing, nor are tied: a width study stays one whatever moves with it."""
+    if axis in SCALE_AXES:
+        return []
+    out = []
+    for c in axis_candidates(df, varying(df, [k for k in columns if k != axis])):
+        rest = [k for k in columns if k not in (axis, c)]
+        parts = [sub for _, sub in df.groupby(rest, dropna=False)] if rest else [df]
+        if c not in SCALE_AXES and all(sub.groupby(axis)[c].nunique().max() <= 1 and sub.groupby(c)[axis].nunique().max() <= 1
+                                       for sub in parts):
+            out.append(c)
+    return out
 
 
 def axis_candidates(df: pd.DataFrame, keys: list[str]) -> list[str]:
@@ -148,7 +168,7 @@ def _study_groups(df: pd.DataFrame, all_versions: bool) -> list[Part]:
     axis = scale_axis(df)
     if axis not in SCALE_AXES:  # records hold config values as written: the axis' become numbers to sort and fit
         df = df.assign(**{axis: pd.to_numeric(df[axis])})
-    keys = [c for c in config_columns(df) if c != axis]
+    keys = [c for c in config_columns(df) if c != axis and c not in tied(df, axis, config_columns(df))]
     pieces: list[tuple[pd.DataFrame, str, Superseded | None]] = []
     for _, sub in df.groupby(keys, dropna=False, sort=True):
         found = versions.split(sub)

@@ -9,24 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from lrtransfer.analysis.group import Group, scanned_groups
+from lrtransfer.analysis.group import Group, group_dict, scanned_groups
 from lrtransfer.analysis.grouping import partition, scale_value, telling_keys
-from lrtransfer.analysis.joint import joint_dict
 from lrtransfer.analysis.records import Scan, plain, scan_runs
 from lrtransfer.analysis.statistics import CONFIDENCE
 from lrtransfer.analysis.verdicts import TOLERANCE
-
-_NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures, not for the document
-
-
-def group_dict(g: Group) -> dict:
-    """A group's numbers as JSON-ready values, in the field order of `Group`; `joint` only
-    for a group with a second inner axis (its LR fields are then at each scale's best value)."""
-    out = {k: plain(getattr(g, k)) for k in g.__dataclass_fields__ if k not in (*_NOT_JSON, "joint")}
-    if g.joint is not None:
-        out["joint"] = joint_dict(g.joint)
-    return out
-
 
 def incomplete_words(records: int, runs: int) -> str:
     """What follows the verdict of a study some of whose records were skipped ('' when none were)."""

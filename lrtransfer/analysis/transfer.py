@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from lrtransfer.analysis.group import Group, analyse
+from lrtransfer.analysis.group import Group, analyse, group_dict
 from lrtransfer.analysis.grouping import axis_candidates, config_columns, scale_value, varying
 from lrtransfer.analysis.resampling import seed_tables
 from lrtransfer.analysis.statistics import CONFIDENCE, N_RESAMPLES, transfer_cost
@@ -54,8 +54,6 @@ class Check:
     curves: pd.DataFrame | None = field(default=None, repr=False)  # key, scale, factor, mean, sem, n, n_diverged
 
     def dict(self) -> dict:
-        from lrtransfer.analysis.summary import group_dict
-
         per = {}
         for k, g in self.per_key.items():
             d = group_dict(g)

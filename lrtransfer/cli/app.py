@@ -279,11 +279,10 @@ def report(
 
     analysis.check_metric(metric)
     out = _writable(out, folder=False) if out is not None else None
-    with show.warnings_to_stderr():
+    with show.warnings_to_stderr():  # records it skips, runs two jobs hold, a rounds file it skips
         found = analysis.scan_runs(directory)
-    groups = analysis.scanned_groups(found, metric, all_versions)
-    _check_curves_lr(curves_lr, groups)
-    with show.warnings_to_stderr():  # a rounds file it skips
+        groups = analysis.scanned_groups(found, metric, all_versions)
+        _check_curves_lr(curves_lr, groups)
         text = html_report.build(directory, found, groups, metric, curves_lr)
     path = html_report.write(out or Path(directory) / "report.html", text)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
@@ -366,15 +365,15 @@ def list_(
     from lrtransfer import analysis
     from lrtransfer.analysis.summary import skipped_lines
 
-    with show.warnings_to_stderr():
+    with show.warnings_to_stderr():  # records it skips, runs two jobs hold
         found = analysis.scan(directory)
-    if found.runs.empty and not found.failed:
-        analysis.load_runs(directory)  # raises the usual "no finished records"
+        if found.runs.empty and not found.failed:
+            analysis.load_runs(directory)  # raises the usual "no finished records"
+        rows, shared = analysis.overview(found.runs, all_versions)
     table = Table(title=f"{directory}", title_justify="left")
     for col, just in [("study", "left"), ("group", "left"), ("axis", "left"), ("scales", "left"),
                       ("jobs", "right"), ("runs", "right"), ("diverged", "right")]:
         table.add_column(col, justify=just)
-    rows, shared = analysis.overview(found.runs, all_versions)
     for r in rows:
         table.add_row(r["study"], r["group"], r["axis"], ",".join(map(str, r["scales"])), str(r["jobs"]),
                       str(r["runs"]), str(r["diverged"]))

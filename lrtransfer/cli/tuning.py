@@ -59,7 +59,7 @@ def tune(
         with show.warnings_to_stderr():
             found = searches(analysis.scan(report.tuning).points)
         for s in found:
-            search(s.dict())
+            show.search(s.dict())
         typer.echo(f"records: {report.tuning}/  (next: lrtransfer sweep --transfer-from {report.tuning} width=...)")
 
 
@@ -70,70 +70,6 @@ def round_line(tune) -> None:
     typer.echo(f"round {r['round']}: {r['run_steps']:,} run-steps (and as many for the LR-only baseline); best loss "
                f"{'-' if best is None else f'{best:.4f}'} (LR only: {'-' if base is None else f'{base:.4f}'}); "
                f"trust region half-side {r['radius']:.3g}")
-
-
-def _ci(e: dict | None, spec: str = ".4f") -> str:
-    if not e or e.get("mean") is None:
-        return "-"
-    ci = e.get("ci")
-    return f"{e['mean']:{spec}}" + ("" if ci is None else f" [{ci[0]:{spec}}, {ci[1]:{spec}}]")
-
-
-def search(doc: dict) -> None:
-    """A search's result (`analysis.tuning.Search.dict`)."""
-    from rich.table import Table
-
-    from lrtransfer.cli.show import wide_console
-
-    console = wide_console()
-    table = Table(title=f"study={doc['study']}: the search's best point, against the LR-only setting", title_justify="left")
-    for col in ("key", "tuned", "LR-only (its own)"):
-        table.add_column(col, justify="right")
-    best, own = doc["best"], doc.get("defaults") or {}
-    table.add_row("log2 LR", f"{best.get('log2_lr', float('nan')):+.3f}",
-                  "-" if doc["baseline_log2_lr"] is None else f"{doc['baseline_log2_lr']:+.3f}")
-    for k in doc["keys"]:
-        table.add_row(k, f"{best[k]:.4g}", "-" if k not in own else f"{own[k]:.4g}")
-    console.print(table)
-    steps, wall = doc["run_steps"], doc["wall_time_s"]
-    console.print(f"budget: search {steps.get('search', 0):,} run-steps ({wall.get('search', 0):.0f} s), LR-only baseline "
-                  f"{steps.get('baseline', 0):,} ({wall.get('baseline', 0):.0f} s), confirming {steps.get('confirm', 0):,} "
-                  f"({wall.get('confirm', 0):.0f} s); {len(doc['rounds'])} round(s)")
-    n = (doc.get("tuned") or {}).get("n", 0)
-    console.print(f"{doc['metric']} at {n} fresh seed(s), 95% interval: tuned [bold]{_ci(doc.get('tuned'))}[/], "
-                  f"LR-only {_ci(doc.get('global_lr'))}; gain (LR-only minus tuned, paired by seed): "
-                  f"[bold]{_ci(doc.get('gain'), '+.4f')}[/]")
-
-
-def check(doc: dict) -> None:
-    """A transfer check's result (`analysis.transfer.Check.dict`)."""
-    from rich.table import Table
-
-    from lrtransfer.cli.show import wide_console
-
-    console = wide_console()
-    axis = doc["axis"]
-    table = Table(title=f"study={doc['study']}: each tuned key scanned by 2^f around its tuned value along {axis} "
-                  f"({', '.join(map(str, doc['scales']))})", title_justify="left")
-    for col in ("key", f"best log2 factor per {axis}", f"drift per doubling [95%]", "verdict",
-                f"cost of not retuning at {axis}={doc['scales'][-1]}"):
-        table.add_column(col, justify="right")
-    for k, r in doc["keys"].items():
-        bests = ", ".join("-" if b is None else f"{b:+.2f}" + ("" if w == "interior" else " (edge)")
-                          for b, w in zip(r["best_log2_factor"], r["where"]))
-        ci = r["drift_ci"]
-        drift = "-" if r["drift"] is None else f"{r['drift']:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
-        cost, se = r["cost_of_not_retuning"][-1], r["cost_se"][-1]
-        table.add_row(k, bests, drift, r["verdict"], "-" if cost is None else f"{cost:.4f}" + ("" if se is None else f" ± {se:.4f}"))
-    console.print(table)
-    h = doc.get("headline") or {}
-    if h:
-        parts = [f"tuned {_ci(h['tuned'])}"]
-        for name in ("transferred", "retuned"):
-            if name in h:
-                parts.append(f"LR-only with its LR {name} (log2 {h[name]['log2_lr']:+.2f}): {_ci(h[name]['loss'])}, "
-                             f"gain {_ci(h[name]['gain'], '+.4f')}")
-        console.print(f"at {axis}={h['scale']}: " + "; ".join(parts))
 
 
 def figures_of(found, out, metric: str) -> list:

@@ -38,9 +38,15 @@ def model_activation(cfg: Config) -> str:
 
 def data_contents(schema: type, node: dict) -> dict[str, str]:
     """Each `content` path field that is set (`schema.content`) -> what its data holds, so that a
-    moved file keeps its jobs and a changed one retrains."""
-    return {f.name: fingerprint(node[f.name], f.metadata["with_files"]) for f in fields(schema)
-            if f.metadata.get("content") and node.get(f.name) is not None}
+    moved file keeps its jobs and a changed one retrains; the files beside it, only where they are
+    read (meta.pkl, not while data.vocab_size is given)."""
+    out = {}
+    for f in fields(schema):
+        if f.metadata.get("content") and node.get(f.name) is not None:
+            unless = f.metadata.get("read_unless")
+            read = not (unless and node.get(unless) is not None)
+            out[f.name] = fingerprint(node[f.name], f.metadata["with_files"] if read else ())
+    return out
 
 
 def inputs(cfg: dict) -> dict[str, str]:
@@ -71,8 +77,9 @@ def semantic(cfg: DictConfig | dict) -> dict:
     also go and how a sweep picks its jobs (`RUN_SETTINGS`: `engine`, `tracker`,
     `adaptive`, and `lr.resolution`, which only an adaptive sweep reads), Hydra's own settings and the
     fields a schema marks as `location` (where a dataset lives, whether it may be
-    downloaded) are left out, and so are those it marks `added` while at the value jobs computed
-    before the key existed (`before`), so the same point is recognised whichever launcher, device,
+    downloaded) or `inert` (a reference point that computes nothing) are left out, and so are those
+    it marks `added` while at the value jobs computed before the key existed (`before`) or while the
+    key they serve is idle (`idle_while`), so the same point is recognised whichever launcher, device,
     tracker, study folder or data folder ran it. A data file a schema marks `content` is there by
     what it holds, not by its path (`data_contents`).
     What a choice resolves to is recorded, not the word `auto` (model.activation), and a
@@ -98,9 +105,12 @@ def semantic(cfg: DictConfig | dict) -> dict:
         node = out.get(group)
         schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None
         if schema is not None:
-            hidden = {f.name for f in fields(schema) if f.metadata.get("location")}
-            # a key added later, at the value that computes what jobs did before it existed (its default, or `before`)
+            hidden = {f.name for f in fields(schema) if f.metadata.get("location") or f.metadata.get("inert")}
+            # a key added later, at the value that computes what jobs did before it existed (its default, or `before`),
+            # or while the key it serves is idle (`schema.added`'s idle_while)
             hidden |= {f.name for f in fields(schema) if f.metadata.get("added") and node.get(f.name) == f.metadata["before"]}
+            hidden |= {f.name for f in fields(schema) if f.metadata.get("idle_while")
+                       and node.get(f.metadata["idle_while"][0]) == f.metadata["idle_while"][1]}
             out[group] = {k: v for k, v in node.items() if k not in hidden}
             out[group].update(data_contents(schema, node))
     model, param = out.get("model"), out.get("param")

@@ -99,6 +99,12 @@ def lr_default(key: str, *, _root_: DictConfig) -> float:
     return float(getattr(default_grid(_root_.param.name, _root_.optim.name), key))
 
 
+def steps_for(examples: int, *, _root_: DictConfig) -> int:
+    """`${lrt_steps_for:N}`: the steps that train N examples at the job's `train.batch_size` (N // batch,
+    at least 1): a study at a fixed number of examples (study=batch_examples) sweeps the batch alone."""
+    return max(1, int(examples) // int(_root_.train.batch_size))
+
+
 @dataclass
 class Train:
     steps: int = 300
@@ -301,6 +307,8 @@ def register() -> None:
             cs.store(group=f"schema/{group}", name=name, node=node)
     if not OmegaConf.has_resolver("lrt_lr"):
         OmegaConf.register_new_resolver("lrt_lr", lr_default, use_cache=False)
+    if not OmegaConf.has_resolver("lrt_steps_for"):
+        OmegaConf.register_new_resolver("lrt_steps_for", steps_for, use_cache=False)
 
 
 

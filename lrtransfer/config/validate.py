@@ -19,12 +19,12 @@ from lrtransfer.config.keys import (GRAPHS, SEARCH_POLICIES, Adaptive, Config, E
                                    search_schema)
 from lrtransfer.errors import choices
 from lrtransfer.options import GROUPS, hp
-from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError, finite_fields, non_negative, positive
+from lrtransfer.options.schema import (INPUT_KINDS, MAX_DEPTH, VECTOR, ConfigError, finite_fields, non_negative, positive,
+                                      within)
 
 # Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
 MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
 MAX_ABS_LOG2_LR = 100  # learning rates 2^-100 .. 2^100, well inside float32
-MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (training.memory.check_fits) takes minutes
 MAX_STEPS = 10**9  # train.steps, train.history_points: a billion steps of the smallest model is years of work
 MAX_THREADS = 4096  # engine.threads
 MAX_INT = 2**63 - 1  # any integer key: a seed, a size or a count reaches torch as a 64-bit integer
@@ -263,12 +263,6 @@ def _check_int64(node, where: str = "") -> None:
             raise ConfigError(f"{where}{f.name}={value} is beyond the sane bound of 2^63 - 1 (a 64-bit integer)")
 
 
-def within(key: str, value: float, bound: float, unit: str) -> None:
-    """A value beyond a sane bound (`1e99` meaning "no limit") is refused, not taken at its word."""
-    if not value <= bound:
-        raise ConfigError(f"{key}={value:g} is beyond the sane bound of {bound:,} {unit}")
-
-
 SECTIONS = {"lr": LRGrid, "train": Train, "engine": Engine, "adaptive": Adaptive}  # the typed nodes that are not groups
 
 
@@ -323,14 +317,18 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
                 _check_keys(node, sub, f"{key}.")
 
 
-def validate(cfg: DictConfig | Config) -> Config:
-    """Return `cfg` as typed objects, or raise ConfigError naming the bad value."""
+def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Config:
+    """Return `cfg` as typed objects, or raise ConfigError naming the bad value. `overrides`: the
+    command line's (a sweep's job config holds its own, `hydra.overrides.task`)."""
     if isinstance(cfg, DictConfig):
         if "hydra" in cfg:  # a sweep's job config: drop Hydra's own node, as Hydra does for the task
+            if overrides is None:
+                overrides = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
             cfg = copy.deepcopy(cfg)
             with open_dict(cfg):
                 del cfg["hydra"]
         _check_keys(cfg)
+        _check_booleans(cfg, overrides or [])
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     if not isinstance(cfg, Config):
         raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
@@ -387,8 +385,77 @@ def validate(cfg: DictConfig | Config) -> Config:
     _check_hp(cfg)
     _check_inner_grid(cfg)
     _check_points(cfg)
+    _check_sde_rule(cfg)
     _check_param_has_tree(cfg)
+    _check_attention_keys(cfg)
+    _check_decay(cfg)
     return cfg
+
+
+BOOLEAN_WORDS = ("true", "false")  # a quoted 'true' is still unambiguous
+
+
+def _check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
+    """A boolean key (any: `fields` typed bool, in every group and section) takes true or false: OmegaConf
+    reads `param.eps_by_width=2` (any number, 'yes', 'on') as true without a word."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import BooleanNode
+
+    for o in OverridesParser.create().parse_overrides(overrides):
+        if o.is_delete() or o.is_sweep_override():
+            continue
+        parent, _, leaf = o.key_or_group.rpartition(".")
+        node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+        node = node._get_node(leaf) if isinstance(node, DictConfig) and leaf in node else None
+        value = o.value()
+        if isinstance(node, BooleanNode) and not (isinstance(value, bool) or value is None
+                                                  or str(value).lower() in BOOLEAN_WORDS):
+            raise ConfigError(f"{o.key_or_group}={o.get_value_element_as_str()} is not a boolean; valid: true, false")
+
+
+def _check_attention_keys(cfg: Config) -> None:
+    """A parameterization's key that acts only on attention (its options' ATTENTION_KEYS), set on a
+    model that computes none (its options' ATTENTION), would change the job's id and nothing it
+    computes: a study of jobs that differ in name only. Refused, naming the models it acts on."""
+    if getattr(cfg.model, "ATTENTION", False):
+        return
+    defaults = {f.name: f.default for f in fields(cfg.param)}
+    for key in getattr(cfg.param, "ATTENTION_KEYS", ()):
+        if getattr(cfg.param, key) != defaults.get(key):
+            able = [name for name, schema in options.of("model").items() if getattr(schema, "ATTENTION", False)]
+            raise ConfigError(f"param.{key}={getattr(cfg.param, key)} does nothing here: it acts on attention logits, "
+                              f"and model={cfg.model.name} computes no attention; leave it out (models with attention: "
+                              f"{', '.join(able)})")
+
+
+def _check_decay(cfg: Config) -> None:
+    """Weight decay takes `decay` of each weight a step: LR x weight_decay under optim.decay_scaling=lr
+    (torch's AdamW), weight_decay itself under `independent`. At 1 or more, at the grid's top LR, it
+    wipes out (or flips) every weight at its first step, and every run there diverges or dies:
+    refused, naming both values (each value of a grid.optim.weight_decay too)."""
+    scaling = getattr(getattr(cfg.optim, "decay_scaling", None), "value", None)
+    if scaling is None or not hasattr(cfg.optim, "weight_decay"):
+        return
+    found = inner_grid(cfg)
+    values = found[1] if found and found[0] == "optim.weight_decay" else [cfg.optim.weight_decay]
+    top = max(cfg.lr.values())
+    for wd in values:
+        if scaling == "lr" and 2.0**top * wd >= 1:
+            raise ConfigError(f"optim.weight_decay={wd:g} with optim.decay_scaling=lr takes LR x decay = 2^{top:g} x "
+                              f"{wd:g} = {2.0**top * wd:.3g} of each weight a step at the grid's top LR (lr.log2_max="
+                              f"{cfg.lr.log2_max:g}): 1 or more wipes out every weight at the first step; give a "
+                              f"weight decay below {2.0**-top:.3g} (1 / the top LR), or a lower lr.log2_max")
+        if scaling == "independent" and wd >= 1:
+            raise ConfigError(f"optim.weight_decay={wd:g} with optim.decay_scaling=independent takes {wd:g} of each "
+                              "weight a step: 1 or more wipes out every weight at the first step; give one below 1 "
+                              "(e.g. 0.1), or optim.decay_scaling=lr for torch's LR x weight_decay")
+
+
+def _check_sde_rule(cfg: Config) -> None:
+    """param.sde_rule, its bases, and the betas it makes at this job's batch and steps (`sde.check`)."""
+    from lrtransfer.options.param import sde  # the options' modules (and torch) load with the config's groups
+
+    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=inner_grid(cfg))
 
 
 def _reads(model_schema) -> tuple[str, ...]:

@@ -52,7 +52,7 @@ def compose(overrides: list[str], *, default_widths: list[int] | None, min_width
     axes = ([[f"width={w}" for w in sorted(set(widths))]] if widths is not None else []) + [
         [f"{key}={v}" for v in values] for key, values in listed.items()]
     with initialize_config_module("lrtransfer.conf", version_base="1.3"):
-        return [validate(hydra_compose("config", overrides=[*keep, *combo])) for combo in itertools.product(*axes)]
+        return [validate(hydra_compose("config", overrides=[*keep, *combo]), keep) for combo in itertools.product(*axes)]
 
 
 def _number(text: str) -> float | None:

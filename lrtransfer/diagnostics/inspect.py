@@ -21,6 +21,8 @@ from torch.overrides import TorchFunctionMode
 from lrtransfer.config import Config, semantic, tuned_keys
 from lrtransfer.errors import collected
 from lrtransfer.nn import Residual, is_one_dimensional
+from lrtransfer.options.param.base import tensor_update
+from lrtransfer.options.schema import ORTHOGONALIZED, scaled_beta
 
 VECTOR = "vector"  # the role of a bias or a gain: one dimension
 
@@ -42,7 +44,7 @@ def _built(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int
 
 def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
     """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
-    return _rows(*_built(cfg, input_shape, output_dim, seed), decay_1d=getattr(cfg.optim, "decay_1d", True))
+    return _rows(*_built(cfg, input_shape, output_dim, seed), cfg.optim)
 
 
 def effective(param, slots, optim, log2_lr: float | None) -> list[dict]:
@@ -67,11 +69,17 @@ def effective(param, slots, optim, log2_lr: float | None) -> list[dict]:
     return out
 
 
-def _rows(param, model, decay_1d: bool = True) -> list[dict]:
+def _rows(param, model, optim) -> list[dict]:
+    """lr_mult, eps_mult, wd_mult: the parameterization's, the SDE rule's factors included (wd_mult
+    0 for a bias or gain under optim.decay_1d=false); beta1, beta2: the tensor's own (None under an
+    optimizer without them)."""
     names = {id(p): n for n, p in model.named_parameters()}
     names.update(model.user_names() if hasattr(model, "user_names") else {})  # model=custom: the user's own
     tree = getattr(param, "shares", None) is not None  # the modular norm's masses and sensitivities
     rows = []
+    decay_1d, sde_decay = getattr(optim, "decay_1d", True), param.sde.decay(optim.decay_scaling.value)
+    # a tensor Adam updates has betas (not SGD's, nor Muon's orthogonalised matrices)
+    adam = lambda s: hasattr(optim, "beta1") and tensor_update(param.update, s.atom, s.name) != ORTHOGONALIZED  # noqa: E731
     for slot in param.slots(model):
         atom, t = slot.atom, slot.tensor.detach()[0]  # (...): the one run's tensor, in storage shape
         tied = atom.tied is not None and slot.name == "weight"
@@ -87,7 +95,9 @@ def _rows(param, model, decay_1d: bool = True) -> list[dict]:
                                   atom.bias_mult if slot.name == "bias" else 1.0),
             "lr_mult": float(slot.lr_mult),
             "eps_mult": float(slot.eps_mult),
-            "wd_mult": float(slot.wd_mult if decay_1d or not is_one_dimensional(slot) else 0.0),
+            "wd_mult": float(slot.wd_mult * sde_decay if decay_1d or not is_one_dimensional(slot) else 0.0),
+            "beta1": scaled_beta(optim.beta1, slot.beta1_mult) if adam(slot) else None,
+            "beta2": scaled_beta(optim.beta2, slot.beta2_mult) if adam(slot) else None,
             "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,
@@ -106,11 +116,11 @@ def inspect(cfg: Config, log2_lr: float | None = None) -> dict:
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
     build.unused_roles(param.tune, param.slots(model), tuned_keys(cfg))  # an hp role no tensor has: one line
-    doc = {"config": config_dict(cfg), "branch_mult": branch_mult(model)}
+    doc = {"config": config_dict(cfg), "branch_mult": branch_mult(model), "kappa": param.sde.kappa}
     with torch.no_grad(), collected() as said, AttentionScales() as seen:  # warnings said once: as notes
         model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
     doc["attention_scale"] = seen.scale()
-    doc["tensors"] = _rows(param, model, decay_1d=getattr(cfg.optim, "decay_1d", True))
+    doc["tensors"] = _rows(param, model, cfg.optim)
     for row, more in zip(doc["tensors"], effective(param, param.slots(model), cfg.optim, log2_lr)):
         row.update(more)
     if log2_lr is not None:
@@ -175,6 +185,8 @@ def _num(v) -> str:
 def table(doc: dict) -> str:
     """One width's rows as a text table."""
     extra = [(k, h) for k, h in (("eps_mult", "eps mult"), ("wd_mult", "wd mult")) if _varies(doc, k)]
+    optim = doc["config"]["optim"]  # a tensor's own betas, where some differ from the optimizer's (param.sde_rule)
+    extra += [(k, k) for k in ("beta1", "beta2") if any(r.get(k) not in (None, optim.get(k)) for r in doc["tensors"])]
     tuned = "hp" in doc["config"] or "lr" in doc["tensors"][0]  # a run's own settings: show what it trains with
     extra += [(k, h) for k, h in (("hp_role", "hp role"), ("lr", "lr"), ("eps", "eps"), ("decay", "decay/step"))
               if tuned and any(r.get(k) is not None for r in doc["tensors"])
@@ -257,7 +269,9 @@ def describe(doc: dict, keys: list[str] = ()) -> str:
     """The config's model, parameterization, optimizer, width and depth, and `keys` (the others a list
     of configs varies in)."""
     c = doc["config"]
+    rule = c["param"].get("sde_rule", "none")
     more = "".join(f" {k}={value_of(c, k)}" for k in keys if k not in ("width", "depth"))
     return (f"model={c['model']['name']} param={c['param']['name']} optim={c['optim']['name']} "
-            f"width={c['width']} depth={c['depth']}{more}")
+            f"width={c['width']} depth={c['depth']}{more}"
+            + (f" sde_rule={rule} kappa={doc['kappa']:.4g}" if rule != "none" else ""))
 

@@ -366,6 +366,10 @@ class Slot:
     lr_mult: float | Tensor
     eps_mult: float | Tensor = 1.0  # x the optimizer's epsilon (Adam's), for this tensor
     wd_mult: float = 1.0  # x the weight decay, for this tensor
+    # x 1 - beta1 and x 1 - beta2 (Adam's moments' rates, the inverse of their windows), for this tensor:
+    # the optimizer's betas become this tensor's own (`optim.betas`); 1 keeps them exactly
+    beta1_mult: float = 1.0
+    beta2_mult: float = 1.0
     # x the weight decay after the parameterization's rule for it (`decay_mults`): hp.<role>.wd_mult.
     # lr_mult and eps_mult hold hp.<role>.lr_mult and eps_mult already. Each of the three a float, or
     # (K,) float64 values of the runs where the runs have their own

@@ -175,19 +175,18 @@ def find_queries(layers: list[Layer]) -> None:
 
 def find_branch_outputs(layers: list[Layer], pattern: str = "") -> list[Layer]:
     """Mark the last layer of each residual branch: the hidden Linears whose path matches the glob
-    `pattern` (model.branch_outputs), else those the known families name so (`BRANCH_OUTPUTS`);
-    and every layer of the blocks they sit in (the path up to its last layer index: nanoGPT's
-    `transformer.h.3`, Llama's `model.layers.3`; without one, the branch's parent module)."""
+    `pattern` (model.branch_outputs: one a branch, its last, `check_branch_glob`), else those the
+    known families name so (`BRANCH_OUTPUTS`); and every layer of the blocks they sit in (`block_of`)."""
     if pattern:
         found = [layer for layer in layers if layer.kind == "linear" and fnmatch.fnmatchcase(layer.path, pattern)]
+        check_branch_glob(layers, found, pattern)
     else:
         found = [layer for layer in layers if layer.kind == "linear" and layer.role == HIDDEN
                  and layer.path.rpartition(".")[2] in BRANCH_OUTPUTS]
     blocks = set()
     for layer in found:
         layer.branch_output = True
-        indexed = re.match(r"(.*\.\d+)\.", layer.path)
-        blocks.add(indexed.group(1) if indexed else layer.path.rpartition(".")[0].rpartition(".")[0])
+        blocks.add(block_of(layer.path))
     for layer in layers:
         layer.in_branch = any(layer.path.startswith(f"{b}.") for b in blocks)
     return found
@@ -209,3 +208,38 @@ def find_parts(layers: list[Layer], globs: dict[str, str]) -> None:
             if hit:
                 found.append(part)
         layer.within = tuple(found)
+
+
+def block_of(path: str) -> str:
+    """The residual block a branch's layer sits in: its path up to the last layer index (nanoGPT's
+    `transformer.h.3`, Llama's `model.layers.3`), else the branch's parent module; "" for none."""
+    indexed = re.match(r"(.*\.\d+)\.", path)
+    return indexed.group(1) if indexed else path.rpartition(".")[0].rpartition(".")[0]
+
+
+def check_branch_glob(layers: list[Layer], found: list[Layer], pattern: str) -> None:
+    """A glob (model.branch_outputs) must name each residual branch's last Linear, once: a branch
+    given two multiplies it twice, a layer outside the blocks or before its branch's end is no
+    branch's output. The branch of a layer is its parent module (nanoGPT's `transformer.h.3.attn`)."""
+    shown = ", ".join(layer.path for layer in found[:6]) + (", ..." if len(found) > 6 else "")
+    said = f"model.branch_outputs={pattern}"
+    outside = [layer.path for layer in found if not block_of(layer.path)]
+    if outside:
+        raise ConfigError(f"{said} matches {outside[0]}, outside the residual branches (in no block of the model); "
+                          f"it matched {shown}: match each branch's last Linear only (e.g. '*.c_proj')")
+    branches: dict[str, list[str]] = {}
+    for layer in found:
+        branches.setdefault(layer.path.rpartition(".")[0], []).append(layer.path)
+    for branch, paths in branches.items():
+        if len(paths) > 1:
+            raise ConfigError(f"{said} gives the branch {branch} {len(paths)} output layers "
+                              f"({', '.join(paths[:4])}), which would multiply it {len(paths)} times; it matched "
+                              f"{shown}: match one Linear a branch, its last (e.g. '*.c_proj')")
+    linears = [layer.path for layer in layers if layer.kind == "linear"]
+    for layer in found:
+        branch = layer.path.rpartition(".")[0]
+        after = [p for p in linears[linears.index(layer.path) + 1:] if p.rpartition(".")[0] == branch]
+        if after:
+            raise ConfigError(f"{said} matches {layer.path}, which is not the last Linear of its branch {branch} "
+                              f"({after[0]} follows it); it matched {shown}: match each branch's last Linear "
+                              "(e.g. '*.c_proj')")

@@ -101,11 +101,13 @@ def location(default: Any) -> Any:
     return field(default=default, metadata={"location": True})
 
 
-def content(default: Any, with_files: tuple[str, ...] = ()) -> Any:
+def content(default: Any, with_files: tuple[str, ...] = (), read_unless: str = "") -> Any:
     """A path to data whose file or folder is part of a job's identity by what it holds
     (`contents.fingerprint`), not by where it is: moving it keeps finished jobs, changing it
-    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl)."""
-    return field(default=default, metadata={"content": True, "with_files": with_files})
+    retrains. `with_files`: files beside it that travel with it (nanoGPT's meta.pkl), part of
+    the identity only where they are read: not while the key `read_unless` (data.vocab_size,
+    which then replaces meta.pkl) is set."""
+    return field(default=default, metadata={"content": True, "with_files": with_files, "read_unless": read_unless})
 
 
 def fingerprint(default: Any) -> Any:
@@ -116,11 +118,20 @@ def fingerprint(default: Any) -> Any:
     return field(default=default, metadata={"fingerprint": True})
 
 
-def added(default: Any, *, before: Any = None) -> Any:
+def added(default: Any, *, before: Any = None, idle_while: tuple[str, Any] | None = None) -> Any:
     """A field added to an option after jobs ran without it: at the value that computes what they
     computed (`before`; by default the default) it is left out of a job's identity, so their ids
-    (and records) stay. A default that computes something new (`before` another value) is in it."""
-    return field(default=default, metadata={"added": True, "before": default if before is None else before})
+    (and records) stay. A default that computes something new (`before` another value) is in it.
+    `idle_while` (key, value): it is left out, at any value, while the option's `key` is `value`,
+    where it computes nothing (param.base_steps while param.sde_rule is none)."""
+    return field(default=default, metadata={"added": True, "before": default if before is None else before,
+                                            "idle_while": idle_while})
+
+
+def inert(default: Any) -> Any:
+    """A field that computes nothing: it names a reference point a reader sees (`inspect`), as
+    param.base_batch_size, which cancels out of the SDE rule's kappa. No part of a job's identity."""
+    return field(default=default, metadata={"inert": True})
 
 
 def odd_kernel(k: int) -> None:
@@ -143,6 +154,21 @@ def in_unit(name: str, value: float) -> None:
     """A decay rate (Adam's betas, momentum): in [0, 1); 1 would never forget, above 1 grows without bound."""
     if not 0 <= value < 1:
         raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+
+MAX_DEPTH = 1024  # layers or blocks: sizing a deeper model alone (training.memory.check_fits) takes minutes
+
+
+def within(key: str, value: float, bound: float, unit: str) -> None:
+    """A value beyond a sane bound (`1e99` meaning "no limit") is refused, not taken at its word."""
+    if not value <= bound:
+        raise ConfigError(f"{key}={value:g} is beyond the sane bound of {bound:,} {unit}")
+
+
+def scaled_beta(beta: float, mult: float) -> float:
+    """1 - (1 - beta) x mult: a decay rate whose rate of forgetting, 1 - beta, is scaled (a tensor's
+    own beta, `Slot.beta1_mult`; the SDE rule's x kappa); exactly `beta` where mult is 1."""
+    return beta if mult == 1.0 else 1.0 - (1.0 - beta) * mult
 
 
 def finite_fields(group: str, node: Any) -> None:

@@ -9,6 +9,7 @@ Ctrl-C or SIGTERM with every finished record kept.
 
 from __future__ import annotations
 
+import re
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +93,7 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
     refusal as one ConfigError line. Jobs are returned once each (two sets of overrides can make
     one job), in order; `folders`, when given, gets every job's folder, in order (repeats too).
     `writing=False` (a plan) fetches no data (a job that would download its data is not checked
-    for it) and leaves no folder behind."""
+    for it), makes no token cache (`options.data.build`) and leaves no folder behind."""
     out: list[CheckedJob] = []
     seen: set[str] = set()
     checked_data: set[str] = set()
@@ -118,9 +119,9 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
         if repr(typed.data) not in checked_data and (writing or not getattr(typed.data, "download", False)):
             from lrtransfer.options.data import ensure_files
 
-            ensure_files(typed.data)
+            ensure_files(typed.data, writing=writing)
             checked_data.add(repr(typed.data))
-        _check_memory(typed, tasks)
+        _check_memory(typed, tasks, writing)
     if any(j.typed.engine.device.startswith("cuda") for j in out):
         from lrtransfer.training.build import select_device
 
@@ -141,7 +142,7 @@ def plan(sweeper, job_overrides: list[list[str]], *, rerun: bool,
     return todo, sum(j.complete for j in jobs), list(dict.fromkeys(j.folder.parent for j in jobs))
 
 
-def _check_memory(typed, tasks: dict) -> None:
+def _check_memory(typed, tasks: dict, writing: bool = True) -> None:
     """Refuse a job whose single run cannot fit in memory (see `memory.check_fits`), or whose
     optimizer refuses its model (`build.check`), before any trains."""
     import torch
@@ -155,7 +156,7 @@ def _check_memory(typed, tasks: dict) -> None:
     where = f"width={typed.width} depth={typed.depth} train.batch_size={typed.train.batch_size}"
     try:
         if key not in tasks:
-            tasks[key] = build.task(typed, torch.device("cpu"), dtype)
+            tasks[key] = build.task(typed, torch.device("cpu"), dtype, writing=writing)
         built = build.job(typed, device, data=tasks[key])
         check_fits(built, where)
     except (OverflowError, MemoryError, RuntimeError, TypeError, ValueError) as e:
@@ -204,14 +205,31 @@ def run_jobs(sweeper, todo: list[PlannedJob], report: SweepReport, first_index: 
                 results = sweeper.launcher.launch([j.overrides for j in batch], initial_job_idx=first_index + i)
             except OSError as e:  # Hydra writing a job's .hydra/ or job.log, on a full disk
                 raise _fault(e, batch) from None
-            except Exception:  # a worker killed by its launcher after the stop (submitit's controller does)
+            except Exception as e:  # a worker killed by its launcher after the stop (submitit's controller does)
                 if stop.requested():
                     raise stop.Interrupted(_interrupted_message(report)) from None
+                failed = _worker_write_error(e)
+                if failed is not None:
+                    raise _fault(failed, batch) from None
                 raise
             for job, r in zip(batch, results):
                 report.returns.append(_job_return(job, r))
             if stop.requested() or report.count("interrupted"):
                 raise stop.Interrupted(_interrupted_message(report))
+
+
+def _worker_write_error(e: Exception) -> OSError | None:
+    """What a submitit worker could not write (Hydra's `.hydra/` or job.log on a full disk, under
+    hydra/launcher=processes or slurm), which comes back as submitit's FailedJobError with the
+    worker's traceback as its text: the OSError that traceback ends in, else None. (A failure inside
+    a job never comes back so: `job.run_job` returns it in the job's record.)"""
+    if type(e).__name__ != "FailedJobError":
+        return None
+    found = re.findall(r"^\w*Error: \[Errno (\d+)\] ([^\n]+?)(?:: '([^']*)')?$", str(e), re.M)
+    if not found:
+        return None
+    number, why, path = found[-1]
+    return OSError(int(number), why, path or None)
 
 
 def _fault(e: OSError, jobs: list[PlannedJob], path: Path | None = None) -> Fault:

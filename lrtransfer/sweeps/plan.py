@@ -5,9 +5,10 @@ The lrtransfer sweeper calls `survey` instead of launching when asked for a plan
 same function (`multirun.check_jobs`), so the plan lists exactly the jobs a sweep
 would run and refuses the same bad input (a value, a model too big for memory, a
 missing GPU or dataset, a folder that cannot be written). Nothing is trained or
-written: data a sweep would download is not fetched (nor checked), and a folder made
-to test it is removed; a dataset that caches what it generates (MNIST-1D) may fill its
-cache, as the sweep would. A job with a checkpoint counts only the run-steps left.
+written: data a sweep would download is not fetched (nor checked), a token cache a sweep
+would make (data=hf_disk) is not made (the plan says so, and times the jobs on random ids
+of the same vocabulary), and a folder made to test it is removed; a dataset that caches
+what it generates (MNIST-1D) may fill its cache, as the sweep would. A job with a checkpoint counts only the run-steps left.
 
 The time estimate (`estimate`) prices each job by its own model's rate on this machine,
 in seconds per run-step (one LR run, one training step): the finished jobs of the same
@@ -56,7 +57,7 @@ class Plan:
     first_config: DictConfig | None = None  # the first job's composed config, without `hydra`
     adaptive: list[str] = field(default_factory=list)  # an adaptive sweep's round and budget, said first
     configs: dict = field(default_factory=dict, repr=False)  # job id -> (composed config, validated config)
-    notes: list[str] = field(default_factory=list)  # said last: what this machine makes of the jobs' settings
+    notes: list[str] = field(default_factory=list)  # said last: what this machine makes of the jobs' settings, what the plan left to the sweep
 
     @functools.cached_property
     def rates(self) -> dict[str, Rate]:
@@ -86,7 +87,8 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
     from lrtransfer.sweeps.multirun import check_jobs
 
     plan = Plan()
-    for job in check_jobs(sweeper, job_overrides, rerun=False, writing=False):
+    jobs = check_jobs(sweeper, job_overrides, rerun=False, writing=False)
+    for job in jobs:
         if plan.first_config is None:
             plan.first_config = OmegaConf.masked_copy(job.cfg, [k for k in job.cfg if k != "hydra"])
         status, left = status_of(job.folder), run_steps(job.typed)
@@ -99,8 +101,17 @@ def survey(sweeper, job_overrides: list[list[str]]) -> Plan:
         plan.jobs.append(PlanEntry(job.varying or "(the only job)", job.folder.name, job.folder, status, left,
                                    runs_per_job(job.typed)))
         plan.configs[job.folder.name] = (job.cfg, job.typed)
-    plan.notes = machine_notes([typed for _, typed in plan.configs.values()])
+    plan.notes = machine_notes([typed for _, typed in plan.configs.values()]) + data_notes(
+        [j.typed for j in jobs if j.folder.name in {p.job_id for p in plan.todo}])
     return plan
+
+
+def data_notes(configs) -> list[str]:
+    """What the plan did not do for the data of the jobs to run that their sweep will (make a token cache)."""
+    from lrtransfer.options.data import plan_note
+
+    data = {repr(c.data): c.data for c in configs}
+    return [n for n in dict.fromkeys(plan_note(d) for d in data.values()) if n]
 
 
 def checkpointed_steps(folder: Path, typed, rerun: bool = False) -> int | None:
@@ -241,7 +252,7 @@ def timed_rate(typed, tasks: dict) -> Rate:
     try:
         device, dtype = _device(typed.engine.device), build.DTYPES[typed.train.dtype.value]
         if (repr(typed.data), dtype) not in tasks:
-            tasks[repr(typed.data), dtype] = build.task(typed, device, dtype)
+            tasks[repr(typed.data), dtype] = build.task(typed, device, dtype, writing=False)
         built = build.job(typed, device, data=tasks[repr(typed.data), dtype])
         runs = runs_of(typed)
         ensemble = engine.Ensemble(built, runs[: chunk_size(built, len(runs))])

@@ -22,11 +22,12 @@ from lrtransfer import options
 from lrtransfer.config import (Config, Engine, Train, has_points, inner_grid, model_activation, tuned_keys,
                                varied_keys)
 from lrtransfer.options.data import Task
-from lrtransfer.errors import ConfigError, UserError
+from lrtransfer.options.data import build as build_task
+from lrtransfer.errors import ConfigError, UserError, warn
 from lrtransfer.nn import Module
 from lrtransfer.nn import Slot
 from lrtransfer.options import hp
-from lrtransfer.options.param import Parameterization, parameterization_class
+from lrtransfer.options.param import Parameterization, parameterization_class, sde
 from lrtransfer.options.param.tuning import Tuning
 from lrtransfer.options.schema import Activation
 
@@ -78,11 +79,16 @@ def tuning(cfg: Config, values: dict | None = None) -> Tuning:
 
 
 def parameterization(cfg: Config, values: dict | None = None) -> Parameterization:
-    """The parameterization of `cfg.param`, told the width and the optimizer's kind of update, with
-    the job's per-module hyperparameters on top (`hp.*`)."""
+    """The parameterization of `cfg.param`, told the width, the optimizer's kind of update and the
+    job's batch and steps (its SDE rule's kappa, `param.sde_rule`), with the job's per-module
+    hyperparameters on top (`hp.*`)."""
     update = options.of("optim")[cfg.optim.name].UPDATE
-    param = parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width,
-                                                   update=update, depth=cfg.depth)
+    param = parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update,
+                                                     depth=cfg.depth, batch_size=cfg.train.batch_size,
+                                                     steps=cfg.train.steps)
+    said = sde.note(param.sde, cfg.optim.name, {k: hasattr(cfg.optim, k) for k in ("beta1", "beta2", "eps")})
+    if said:
+        warn(said)
     return param.tuned(tuning(cfg, values))
 
 
@@ -95,8 +101,19 @@ def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Seque
         own, param, width=cfg.width, depth=cfg.depth, runs=runs, input_shape=tuple(input_shape),
         output_dim=output_dim,
     )
+    if param.scales_depth() and not any(atom.in_branch for atom in net.atoms()):
+        raise ConfigError(f"param={param.name} multiplies residual branches by its depth rule, and model={cfg.model.name} "
+                          f"has none (its layers are one chain): a depth study under it would measure the rule without "
+                          f"its depth part; models with residual branches: {', '.join(with_branches())}, and custom "
+                          "where they are found or named (model.branch_outputs)")
     param.set_multipliers(net)
     return net
+
+
+def with_branches() -> list[str]:
+    """The built-in models with residual branches: those with a residual rule to choose (`model.residual`)."""
+    return [name for name, schema in options.of("model").items()
+            if "residual" in {f.name for f in dataclasses.fields(schema)}]
 
 
 def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
@@ -105,8 +122,9 @@ def optimizer(cfg: Config, slots: Sequence[Slot], values: dict | None = None):
     return options.module("optim", cfg.optim.name).Optimizer(per_run(cfg.optim, "optim", values), slots)
 
 
-def task(cfg: Config, device: torch.device, dtype: torch.dtype) -> Task:
-    return options.module("data", cfg.data.name).build(cfg.data, device, dtype)
+def task(cfg: Config, device: torch.device, dtype: torch.dtype, *, writing: bool = True) -> Task:
+    """The job's task; `writing=False` (a plan): one that writes nothing (`options.data.build`)."""
+    return build_task(cfg.data, device, dtype, writing=writing)
 
 
 @dataclass(frozen=True)

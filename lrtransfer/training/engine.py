@@ -209,6 +209,8 @@ class Ensemble:
         self.uses: Tensor | None = None
         self.every_run = torch.ones(self.K, dtype=torch.bool)
         self.optim = built.optim_options(self.values)  # what `decays` reads (weight_decay)
+        who = f"model.target={self.model.target}" if hasattr(self.model, "target") else "the model"
+        self.trained = skips.Trained(self.slots, self.tensors, self.copies, self.opt, self.param, self.optim, who)
         # Where the update is rate x direction, the optimizer's own pass does it all, run by run,
         # with each run's rate and decay read on the host (`_fused_update`)
         self.fused = self.param.scales_directions and hasattr(self.opt, "update")
@@ -279,11 +281,13 @@ class Ensemble:
                 losses = self.task.losses(logits, y).to(self.history.dtype)  # (K,)
             grads = torch.autograd.grad(losses.sum(), self.operands, allow_unused=self.skipping)
         with torch.no_grad():
-            skipped = skips.skipped(self, grads) if self.skipping else None
+            skipped = skips.skipped(self.slots, grads, self.model.skipping(), self.every_run) if self.skipping else None
             if skipped is None and self.uses is None:
                 self._update(grads, factor, advance)
             else:
-                skips.step(self, grads, skipped, factor, advance)
+                self.uses = skips.step(self.trained, grads, skipped, uses=self.uses, done=self.step_index,
+                                       alive=self.alive, lr=self.lr_alive, factor=factor,
+                                       update=lambda g: self._update(g, factor, advance, skipped))
         return losses.detach()
 
     def _update(self, grads: Sequence[Tensor], factor: float | Tensor, advance: bool,

@@ -1,7 +1,10 @@
 """Tasks. `conf/data/<name>.yaml` is implemented by `lrtransfer/options/data/<name>.py`, which
 defines its options (`OPTIONS`, a dataclass) and `build(options, device, dtype) -> Task`
 and, when the task reads files, `ensure_files(options)`: check that they are on disk
-(or download them when asked) before any job starts.
+(or download them when asked) before any job starts. A task that makes files from its
+data (a token cache) also defines `planned(options, device, dtype) -> Task`, what a plan
+(`sweep --plan`, which writes nothing) checks, sizes and times the jobs with, and
+`plan_note(options)`, what it then leaves for the sweep to do.
 
 What one example *is* (its kind) is declared by the option's options (`INPUTS`),
 so the sweep can refuse a model that cannot read it before loading anything:
@@ -17,9 +20,6 @@ run axis: x (K, B, ...), y (K, B, ...). Models accept both forms.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -73,16 +73,30 @@ class Task:
         return (logits.argmax(-1) == y).flatten(1).sum(-1)
 
 
-def ensure_files(data_options) -> None:
-    """Make sure the task's files are on disk, or raise UserError saying how to get them."""
-    hook = getattr(options.module("data", data_options.name), "ensure_files", None)
+def ensure_files(data_options, *, writing: bool = True) -> None:
+    """Make sure the task's files are on disk, or raise UserError saying how to get them.
+    `writing=False` (a plan): a task that makes files from its data (its module's `planned`)
+    checks what it can without making them."""
+    module = options.module("data", data_options.name)
+    if not writing and hasattr(module, "planned"):
+        module.planned(data_options, torch.device("cpu"), torch.float32)
+        return
+    hook = getattr(module, "ensure_files", None)
     if hook is not None:
         hook(data_options)
 
 
-def cache_folder(cache: str | None) -> Path:
-    """Where a task keeps what it makes from its data (`data.cache`): by default the user's cache
-    folder, $XDG_CACHE_HOME/lrtransfer or ~/.cache/lrtransfer, never the data's own folder or a results folder."""
-    if cache:
-        return Path(cache).expanduser().resolve()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lrtransfer"
+def build(data_options, device: torch.device, dtype: torch.dtype, *, writing: bool = True) -> Task:
+    """The task of `data_options`; `writing=False` (a plan, which sizes and times the jobs on it):
+    where making it would write files (a token cache), a stand-in of the same shapes
+    (its module's `planned`), with nothing written."""
+    module = options.module("data", data_options.name)
+    if not writing and hasattr(module, "planned"):
+        return module.planned(data_options, device, dtype)
+    return module.build(data_options, device, dtype)
+
+
+def plan_note(data_options) -> str | None:
+    """What a plan did not do for this data that the sweep will (its module's `plan_note`), or None."""
+    hook = getattr(options.module("data", data_options.name), "plan_note", None)
+    return hook(data_options) if hook is not None else None

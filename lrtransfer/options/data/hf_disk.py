@@ -11,7 +11,10 @@ layout: little-endian uint16, or uint32 past 65,536 tokens) in the user's cache 
 folder), named by a hash of what it is made from (the dataset's and the tokenizer's
 contents, the split, the column), so the next run, in any study, reuses it; it is read
 back as plain integers (nothing is unpickled), and trained on exactly as data=tokens
-trains on its files (`tokens.TokenTask`).
+trains on its files (`tokens.TokenTask`). A stream is written whole or not at all, and a
+cache folder that cannot take it is one line first (`cache.py`). A plan (`--plan`)
+tokenizes nothing: it checks what a stream is made from and sizes the jobs on a stand-in
+of the task's shapes (`planned`, `Unmade`), saying so (`plan_note`).
 
 Held out: the `val_split` (default `validation`) of a DatasetDict, or, with
 `val_split: null` (a single Dataset has no splits), the last `eval_size` windows of
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import stat
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -30,10 +33,12 @@ from typing import ClassVar, Optional
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from lrtransfer.errors import one_line
+from lrtransfer.errors import file_kind, one_line
 from lrtransfer.options.contents import fingerprint
-from lrtransfer.options.data import cache_folder
+from lrtransfer.options.data import Task
+from lrtransfer.options.data.cache import cache_folder, usable, whole_file
 from lrtransfer.options.data.formats import DataError
 from lrtransfer.options.data.tokenfiles import check_ids, open_tokens
 from lrtransfer.options.data.tokens import Stream, TokenTask, check_sizes, split
@@ -74,7 +79,7 @@ OPTIONS = HFDiskOptions
 def dataset_folder(d: HFDiskOptions) -> Path:
     p = Path(d.path).expanduser()
     if not p.is_dir():
-        why = "is a file" if p.exists() else f"no such folder ({p.resolve()})"
+        why = f"not a folder ({kind(p)})" if p.exists() else f"no such folder ({p.resolve()})"
         raise DataError(f"data.path={d.path}: {why}; data=hf_disk reads a dataset saved on disk with save_to_disk, "
                         "never the Hugging Face Hub (load_dataset(...).save_to_disk(FOLDER) it yourself)")
     return p
@@ -85,8 +90,9 @@ def tokenizer_of(d: HFDiskOptions):
     if d.tokenizer is None:
         return None
     p = Path(d.tokenizer).expanduser()
-    if not p.is_file():
-        why = "is a folder: give the tokenizer.json in it" if p.is_dir() else f"no such file ({p.resolve()})"
+    if not p.is_file():  # never opened: a FIFO would wait for a writer
+        why = ("is a folder: give the tokenizer.json in it" if p.is_dir() else
+               f"not a regular file ({kind(p)})" if p.exists() else f"no such file ({p.resolve()})")
         raise DataError(f"data.tokenizer={d.tokenizer}: {why}; a tokenizer.json on disk (nothing is downloaded)")
     try:
         from tokenizers import Tokenizer
@@ -97,6 +103,11 @@ def tokenizer_of(d: HFDiskOptions):
     except Exception as e:
         raise DataError(f"data.tokenizer={d.tokenizer}: not a tokenizer.json the tokenizers library reads "
                         f"({one_line(e)})") from None
+
+
+def kind(p: Path) -> str:
+    mode = p.stat().st_mode
+    return "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def vocabulary(d: HFDiskOptions, tokenizer) -> int:
@@ -201,44 +212,54 @@ def token_batches(dataset, column: str, tokenizer):
 
 def write_stream(path: Path, batches, vocab: int, key: str) -> None:
     """The ids of `batches` into `path` (raw little-endian), each checked against the vocabulary;
-    written beside and renamed into place, so a reader never meets half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    whole or not at all (`cache.whole_file`), so a reader never meets half a file."""
     dtype, total = np.dtype(ids_dtype(vocab)).newbyteorder("<"), 0
-    try:
-        with open(tmp, "wb") as f:
-            for first, ids in batches:
-                if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
-                    bad = int(ids.max() if ids.max() >= vocab else ids.min())
-                    raise DataError(f"{key}: token id {bad} in rows {first}..{first + ROWS - 1} is outside the "
-                                    f"vocabulary of {vocab} (ids 0..{vocab - 1}); is data.vocab_size right?")
-                f.write(ids.astype(dtype).tobytes())
-                total += len(ids)
+    with whole_file(path) as write:
+        for first, ids in batches:
+            if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
+                bad = int(ids.max() if ids.max() >= vocab else ids.min())
+                raise DataError(f"{key}: token id {bad} in rows {first}..{first + ROWS - 1} is outside the "
+                                f"vocabulary of {vocab} (ids 0..{vocab - 1}); is data.vocab_size right?")
+            write(ids.astype(dtype).tobytes())
+            total += len(ids)
         if total == 0:
             raise DataError(f"{key}: no tokens")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
-def opened(d: HFDiskOptions) -> tuple[Stream, Stream, int]:
-    """The training and held-out streams and the vocabulary, each stream made first where it is not cached."""
+def streams(d: HFDiskOptions, *, writing: bool = True) -> tuple[dict[str, Path], dict[str, str], int, bool]:
+    """Each split's stream file and the key naming it, the vocabulary, and whether every stream is
+    there; a stream not made yet is made where `writing`, else (a plan) only what it is made from
+    is checked: the dataset's splits and columns, and that data.cache can take it."""
     dataset_folder(d)
     tokenizer = tokenizer_of(d)
     vocab = vocabulary(d, tokenizer)
     roles = {"train": d.train_split, "val": d.val_split}
     files = {role: stream_file(d, name, vocab, tokenizer) for role, name in roles.items() if name is not None}
     keys = {role: f"data.path={d.path} ({name} split)" for role, name in roles.items()}
-    if not all(f.is_file() for f in files.values()):
+    missing = [role for role, f in files.items() if not f.is_file()]
+    if missing:
+        usable(d.cache, "tokens", keep=writing)
         for role, dataset in load_splits(d).items():
-            if not files[role].is_file():
+            if role in missing:
                 column, text = column_of(d, dataset, tokenizer)
-                write_stream(files[role], token_batches(dataset, column, tokenizer if text else None), vocab, keys[role])
-    streams = {}
+                if writing:
+                    write_stream(files[role], token_batches(dataset, column, tokenizer if text else None), vocab,
+                                 keys[role])
+    return files, keys, vocab, writing or not missing
+
+
+def opened(d: HFDiskOptions) -> tuple[Stream, Stream, int]:
+    """The training and held-out streams and the vocabulary, each stream made first where it is not cached."""
+    files, keys, vocab, _ = streams(d)
+    return read(d, files, keys, vocab)
+
+
+def read(d: HFDiskOptions, files: dict[str, Path], keys: dict[str, str], vocab: int) -> tuple[Stream, Stream, int]:
+    out = {}
     for role, f in files.items():
-        streams[role] = Stream(open_tokens(f, ids_dtype(vocab), keys[role]), keys[role])
-        check_ids(streams[role].ids, vocab, keys[role])
-    return *split(streams["train"], streams.get("val"), d.seq_len, d.eval_size, "data.val_split"), vocab
+        out[role] = Stream(open_tokens(f, ids_dtype(vocab), keys[role]), keys[role])
+        check_ids(out[role].ids, vocab, keys[role])
+    return *split(out["train"], out.get("val"), d.seq_len, d.eval_size, "data.val_split"), vocab
 
 
 def ensure_files(d: HFDiskOptions) -> None:
@@ -249,3 +270,39 @@ def ensure_files(d: HFDiskOptions) -> None:
 def build(d: HFDiskOptions, device: torch.device, dtype: torch.dtype) -> TokenTask:
     train, val, vocab = opened(d)
     return TokenTask(train, val, vocab, d.seq_len, d.eval_size, device)
+
+
+def planned(d: HFDiskOptions, device: torch.device, dtype: torch.dtype) -> Task:
+    """What a plan sizes and times the jobs with, having written nothing: the task itself where its
+    streams are cached, else a stand-in of its shapes (`Unmade`); tokenizing is left to the sweep."""
+    files, keys, vocab, made = streams(d, writing=False)
+    if made:
+        return TokenTask(*read(d, files, keys, vocab), d.seq_len, d.eval_size, device)
+    return Unmade(vocab, d.seq_len, d.eval_size, device)
+
+
+def plan_note(d: HFDiskOptions) -> str | None:
+    """Said by a plan whose streams are not made yet (a plan writes nothing)."""
+    if streams(d, writing=False)[3]:
+        return None
+    return (f"note: data.path={d.path}: its token streams are not made yet; a plan writes nothing, so the sweep "
+            f"tokenizes it into {cache_folder(d.cache) / 'tokens'} before its first job and checks their length "
+            "and ids then (a plan times its jobs on random ids of the same vocabulary)")
+
+
+class Unmade(Task):
+    """A token task's shapes, for a plan: random ids of the vocabulary, (B, T) windows, drawn from
+    the caller's generator; nothing is read or written."""
+
+    def __init__(self, vocab: int, seq_len: int, eval_size: int, device: torch.device) -> None:
+        self.input_shape, self.output_dim, self.seq_len, self.device = (seq_len,), vocab, seq_len, device
+        w = torch.randint(vocab, (eval_size, seq_len + 1), generator=torch.Generator().manual_seed(0))
+        self._eval = (w[:, :-1].to(device), w[:, 1:].to(device))
+
+    @torch.no_grad()
+    def sample(self, gen: torch.Generator, batch_size: int) -> tuple[Tensor, Tensor]:
+        w = torch.randint(self.output_dim, (batch_size, self.seq_len + 1), generator=gen).to(self.device)
+        return w[:, :-1], w[:, 1:]
+
+    def eval_set(self) -> tuple[Tensor, Tensor]:
+        return self._eval

@@ -17,8 +17,8 @@ split. A signal reaches a model as (B, 1, L): one channel (the MLP flattens it).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 import random
 from importlib import metadata
 from pathlib import Path
@@ -30,7 +30,8 @@ from torch import Tensor
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from lrtransfer.options.data import Task, cache_folder
+from lrtransfer.options.data import Task
+from lrtransfer.options.data.cache import cache_folder, usable, whole_file
 from lrtransfer.options.data.formats import DataError
 from lrtransfer.options.schema import SIGNAL, ConfigError, location, positive
 
@@ -128,11 +129,11 @@ def generate(d) -> dict[str, np.ndarray]:
 
 
 def write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
+    """Whole or not at all (`cache.whole_file`): a later run never reads half a file."""
+    buffer = io.BytesIO()  # a few hundred kB
+    np.savez(buffer, **arrays)
+    with whole_file(path) as write:
+        write(buffer.getvalue())
 
 
 def read(path: Path, d) -> dict[str, np.ndarray]:
@@ -155,6 +156,7 @@ def load(d) -> dict[str, np.ndarray]:
     """The generated set, from the cache, making it first when it is not there."""
     path = cache_path(d)
     if not path.is_file():
+        usable(d.cache)
         write_atomically(path, generate(d))
     return read(path, d)
 

@@ -49,7 +49,7 @@ class TokensOptions:
     INPUTS: ClassVar[str] = TOKENS
 
     name: str = "tokens"
-    train_path: Optional[str] = content(None, with_files=(META,))  # nanoGPT's train.bin, or a .npy
+    train_path: Optional[str] = content(None, with_files=(META,), read_unless="vocab_size")  # nanoGPT's train.bin, or a .npy
     val_path: Optional[str] = content(None)  # None: the last eval_size windows of train_path are held out
     dtype: TokenDtype = TokenDtype.uint16  # a .bin file's ids
     vocab_size: Optional[int] = None  # None: meta.pkl's beside train_path

@@ -62,6 +62,7 @@ class CustomOptions:
     # roles of per-module hyperparameters beyond the base ones: its attention and MLP (found by the known
     # families' names, or model.attention / model.mlp), and a group of layers a glob names (model.group)
     PARTS: ClassVar[tuple[str, ...]] = ("attention", "mlp", "group")
+    ATTENTION: ClassVar[bool] = True  # may compute attention: whether a rule reached it, `inspect` notes
 
     name: str = "custom"
     target: str = ""  # path/to/file.py:NAME or package.module:NAME
@@ -154,6 +155,9 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
                           f"({kept if shapes else 'it has no parameters'})")
     fields = int_fields(net, fn, options)
     check_vocabulary(target, layers, output_dim, fields)
+    explain = context_failure(target, layers, output_dim, fields)
+    if torch.get_default_device().type == "meta":
+        check_context(make, width, layers, tuple(input_shape), output_dim, explain, (repr(options), width))
     readout = find_readout(layers, output_dim, options.readout, target)
     if options.readout and not readout.tied:
         readout.role = OUTPUT  # the user's word: this weight makes the logits
@@ -168,7 +172,7 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     scale = attention_rule(param)
     return Custom(net, layers, readout, runs=runs, target=target, input_shape=tuple(input_shape),
                   output_dim=output_dim, output=options.output, attention_scale=scale,
-                  scaled_modules=scale_attention(net, scale), explain=context_failure(target, layers, output_dim, fields),
+                  scaled_modules=scale_attention(net, scale), explain=explain,
                   own=own.values if own else None, own_ratios=ratios, stream=functools.partial(stream, make, width))
 
 
@@ -179,6 +183,32 @@ def stream(make, width: int, seed: int, device: torch.device) -> torch.Tensor:
         torch.manual_seed(seed)
         make(width)
         return rng_state(device)
+
+
+_CONTEXTS: set = set()  # the configs whose context was checked in this process (`check_context`)
+
+
+def check_context(make, width: int, layers, input_shape: tuple[int, ...], output_dim: int, explain, key) -> None:
+    """A context longer than a token model's own (a position table of fewer rows than data.seq_len)
+    fails only in a forward with real indices, which the meta device (the checks before training)
+    does not make: where a table is shorter than the context, one sequence is run through the
+    module on the CPU, once a process per config, so that the sweep refuses it (exit 2) before any
+    job, not each job at its first step. Any other failure is left to the job to say."""
+    T = input_shape[0] if len(input_shape) == 1 else None
+    short = [layer for layer in layers if layer.kind == "embedding" and T and layer.fan_in < T
+             and layer.fan_in != output_dim]
+    if not short or (key, input_shape, output_dim) in _CONTEXTS:
+        return
+    with torch.device("cpu"):
+        net = seeded(lambda: make(width), 0)
+        try:
+            with torch.no_grad():
+                net(torch.zeros((1, T), dtype=torch.long))
+        except Exception as e:
+            line = explain(e, T)
+            if line is not None:
+                raise ConfigError(line) from None
+    _CONTEXTS.add((key, input_shape, output_dim))
 
 
 def on_meta(make, width: int):

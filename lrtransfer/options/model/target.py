@@ -64,7 +64,8 @@ def load(target: str, key: str = "model.target") -> Callable:
                 module = importlib.util.module_from_spec(spec)
                 sys.modules[module_key] = module  # dataclasses and pickling look the module up by name
                 try:
-                    spec.loader.exec_module(module)
+                    with _beside(path):
+                        spec.loader.exec_module(module)
                 except BaseException:
                     del sys.modules[module_key]
                     raise
@@ -82,6 +83,21 @@ def load(target: str, key: str = "model.target") -> Callable:
     if not callable(fn):
         raise ConfigError(f"{key}={target}: {name} is a {type(fn).__name__}, not a class or function")
     return fn
+
+
+@contextlib.contextmanager
+def _beside(path: Path) -> Iterator[None]:
+    """The file's folder first on the module path while it is imported, as Python puts a script's
+    folder there (`python nets.py`), so that it imports a module beside it (`import helper`); taken
+    off again after, leaving whatever the file itself added. (Its id follows those files:
+    `sources.imported_files` looks beside the importing file first.)"""
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
 
 
 def _import_from_here(name: str):

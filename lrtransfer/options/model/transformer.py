@@ -56,6 +56,7 @@ class TransformerOptions:
     MIN_DEPTH: ClassVar[int] = 1  # transformer blocks (each an attention and an MLP residual branch)
     READS: ClassVar[tuple[str, ...]] = (TOKENS,)
     PARTS: ClassVar[tuple[str, ...]] = ("attention", "mlp")  # roles of per-module hyperparameters (`hp.attention.*`)
+    ATTENTION: ClassVar[bool] = True  # computes attention (a parameterization's attention keys act on it)
 
     name: str = "transformer"
     heads: int = 4  # fixed number of heads: d_head = width / heads grows with the width

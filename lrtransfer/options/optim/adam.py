@@ -1,4 +1,10 @@
-"""Adam (Kingma & Ba), as a direction: m_hat / (sqrt(v_hat) + eps)."""
+"""Adam (Kingma & Ba), as a direction: m_hat / (sqrt(v_hat) + eps).
+
+Each tensor has its own beta1, beta2 and epsilon: the options' values times the
+parameterization's multipliers (`Slot.beta1_mult` scales 1 - beta1, `eps_mult` epsilon), and
+each may differ between the runs of a job (`grid.optim.beta1=[...]`, `PER_RUN`): `settings`
+makes them, `kernels.plan` the fused kernel's calls that apply them.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,8 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
-from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_, adam_update_
-from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive
+from lrtransfer.options.optim.kernels import CountsSteps, Setting, adam_directions_, adam_update_, along, at, plan
+from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive, scaled_beta
 
 
 if TYPE_CHECKING:
@@ -22,7 +28,8 @@ if TYPE_CHECKING:
 @dataclass
 class AdamOptions:
     UPDATE: ClassVar[str] = ADAPTIVE
-    PER_RUN: ClassVar[tuple[str, ...]] = ("weight_decay",)  # may vary across a job's runs (grid.optim.weight_decay)
+    # may vary across a job's runs (grid.optim.weight_decay=[...])
+    PER_RUN: ClassVar[tuple[str, ...]] = ("weight_decay", "beta1", "beta2", "eps")
     LR_GRID: ClassVar[Grid] = Grid(-14, -4)  # log2 learning rates every job trains, unless overridden
 
     name: str = "adam"
@@ -48,15 +55,38 @@ def check_adam(options) -> None:
 OPTIONS = AdamOptions
 
 
+def settings(options, slots: Sequence[Slot]) -> tuple[list[Setting], list[Setting], list[Setting]]:
+    """Each tensor's beta1, beta2 and epsilon (`kernels.Setting`: a float, or a tuple of one per run
+    where the option is per run): the options' values with the tensor's multipliers."""
+    def runs(value) -> Setting:  # a per-run option arrives as a (K,) float64 tensor
+        return tuple(value.tolist()) if isinstance(value, Tensor) else float(value)
+
+    def each(value: Setting, f) -> Setting:
+        return tuple(f(x) for x in value) if isinstance(value, tuple) else f(value)
+
+    b1, b2, eps = runs(options.beta1), runs(options.beta2), runs(options.eps)
+    return ([each(b1, lambda b, s=s: scaled_beta(b, s.beta1_mult)) for s in slots],
+            [each(b2, lambda b, s=s: scaled_beta(b, s.beta2_mult)) for s in slots],
+            [each(eps, lambda e, s=s: e * s.eps_mult) for s in slots])
+
+
 class Optimizer(CountsSteps):
     def __init__(self, options: AdamOptions, slots: Sequence[Slot]) -> None:
         tensors = [s.tensor for s in slots]
-        self.beta1, self.beta2 = options.beta1, options.beta2
-        self.eps = [options.eps * s.eps_mult for s in slots]  # each tensor's (the parameterization's eps_mult)
+        self.beta1, self.beta2, self.eps = settings(options, slots)  # each tensor's, each a float or per run
         self.m = [torch.zeros_like(t) for t in tensors]
         self.v = [torch.zeros_like(t) for t in tensors]
         self.tensors = tensors
         self._split = passes.split(tensors)  # (tensors updated for every run at once, run by run)
+        # the fused kernel's calls (`kernels.plan`), made once: for every tensor (`directions`), for
+        # the small ones (`update`); and the large ones' settings, shared by every run or per run
+        runs = tensors[0].shape[0] if tensors else 0
+        pick = passes.pick
+        self._calls = plan(self.beta1, self.beta2, self.eps, runs, small=self._split[0])
+        self._small = tuple(pick(x, self._split[0]) for x in (self.beta1, self.beta2, self.eps))
+        self._small_calls = plan(*self._small, runs, small=range(len(self._split[0])))
+        self._large = list(zip(*(pick(x, self._split[1]) for x in (self.beta1, self.beta2, self.eps))))
+        self._large_shared = not any(isinstance(x, tuple) for key in self._large for x in key)
         small = set(self._split[0])
         # where `directions` writes; `update` needs it only for the small tensors
         self._scratch = [torch.empty_like(t) if i in small else None for i, t in enumerate(tensors)]
@@ -79,7 +109,8 @@ class Optimizer(CountsSteps):
         """advance False: the step was counted already (`advance`, outside a CUDA graph's step)."""
         if advance:
             self.advance()
-        adam_directions_(self.scratch, grads, self.m, self.v, self._step, self.beta1, self.beta2, self.eps)
+        adam_directions_(self.scratch, grads, self.m, self.v, self._step, self.beta1, self.beta2, self.eps,
+                         calls=self._calls)
         return self.scratch
 
     def tensor_state(self, i: int) -> tuple[Tensor, ...]:
@@ -96,11 +127,13 @@ class Optimizer(CountsSteps):
         g, keep = passes.like(grad, w), run_view(used, w)
         per_run = lambda x: run_view(x.to(w.dtype), w)  # noqa: E731
         count = per_run(steps.clamp(min=1))
-        m1 = m.lerp(g, 1 - self.beta1)
-        v1 = v.mul(self.beta2).addcmul_(g, g, value=1 - self.beta2)
-        denom = v1.sqrt().div_((1 - self.beta2**count).sqrt()).add_(self.eps[i])
+        b1, b2, eps = (along(x[i], w) for x in (self.beta1, self.beta2, self.eps))
+        m1 = m.lerp(g, 1 - b1)
+        v1 = v.mul(b2)
+        v1 = v1.addcmul_(g, g, value=1 - b2) if not isinstance(b2, Tensor) else v1.addcmul_(g * (1 - b2), g)
+        denom = v1.sqrt().div_((1 - b2**count).sqrt()).add_(eps)
         w1 = w if decay is None else w * (1 - per_run(decay))
-        w1 = w1 - per_run(rate) / (1 - self.beta1**count) * m1 / denom
+        w1 = w1 - per_run(rate) / (1 - b1**count) * m1 / denom
         for dst, new in ((w, w1), (m, m1), (v, v1)):
             dst.copy_(torch.where(keep, new, dst))
 
@@ -119,16 +152,17 @@ class Optimizer(CountsSteps):
             ws = pick(self.tensors, small)
             gs = [passes.like(g, w) for g, w in zip(pick(grads, small), ws)]
             ds = pick(self._scratch, small)
-            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self._step, self.beta1, self.beta2,
-                             pick(self.eps, small))
+            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self._step, *self._small,
+                             calls=self._small_calls)
             passes.whole(ws, ds, pick(rates, small), pick(decays, small), pick(copies, small))
         if not large:
             return
         w, m, v, g, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, self.m, self.v, grads, copies))
         r, dec = passes.floats(pick(rates, large)), passes.floats(pick(decays, large))
         for k in runs:
-            for rate, decay, eps, idx in passes.groups(k, r, dec, pick(self.eps, large)):
+            keys = self._large if self._large_shared else [tuple(at(x, k) for x in key) for key in self._large]
+            for rate, decay, (b1, b2, eps), idx in passes.groups(k, r, dec, keys):
                 adam_update_([w[i][k] for i in idx], [passes.like(g[i][k], w[i][k]) for i in idx],
                              [m[i][k] for i in idx], [v[i][k] for i in idx], self._step,
-                             self.beta1, self.beta2, eps, rate, decay)
+                             b1, b2, eps, rate, decay)
             passes.write_copies(k, w, c)

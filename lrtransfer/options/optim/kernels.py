@@ -15,15 +15,25 @@ themselves, with the LR and the decoupled decay (AdamW's form), once per run: on
 pass over memory instead of five. Its numbers are those of the direction path
 exactly when the LR multiplies exactly (a power of two: every integer log2 LR of
 the default grids); otherwise the two round differently, in the last bit.
+
+The kernel takes one beta1, beta2 and epsilon per call. Each tensor has its own (a
+parameterization's multipliers, `Slot.eps_mult`, `beta1_mult`), and each may be one value for
+every run or one per run (`Setting`): `plan` makes the calls, once, that give every tensor of
+every run its own: one for the tensors that share a setting across all runs; for a large tensor
+whose setting differs between runs, one per run on that run's slice (contiguous: the run axis is
+first), grouped by the run's values; and for the small ones among those, one pass of the plain
+formula with each run's values along the run axis (one call a run would cost more).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import Tensor
+
+from lrtransfer.options.optim.passes import PER_RUN_MIN
 
 # Tests set this to False to exercise the plain formula.
 use_fused = True
@@ -43,32 +53,119 @@ class CountsSteps:
         self._step.fill_(self.t)
 
 
+# One of Adam's settings (beta1, beta2, epsilon) of one tensor: a float shared by every run of the
+# ensemble, or a tuple of one float per run.
+Setting = float | tuple[float, ...]
+# One call: (beta1, beta2, eps, the tensors it updates, how). How: None, the whole tensors at one
+# setting every run shares (the fused kernel); a run k, run k's slices at its values (the fused
+# kernel); or EVERY_RUN, the whole tensors, each run at its own values (the plain formula along the
+# run axis), where beta1, beta2 and eps are then each tensor's Setting, in the order of the tensors.
+Call = tuple
+EVERY_RUN = -1
+
+
+def at(setting: Setting, k: int) -> float:
+    """Run k's value of a setting."""
+    return setting[k] if isinstance(setting, tuple) else setting
+
+
+def per_tensor(value: Setting | list[Setting], n: int) -> list[Setting]:
+    """One setting for each of n tensors: a list is each tensor's own; a float (or a tuple of one
+    per run) is every tensor's."""
+    if isinstance(value, list):
+        return value
+    return [float(value) if not isinstance(value, tuple) else value] * n
+
+
+def plan(beta1: Sequence[Setting], beta2: Sequence[Setting], eps: Sequence[Setting], runs: int,
+         small: Collection[int] = ()) -> list[Call]:
+    """The calls that give each tensor i, in each of the ensemble's `runs` runs, its own beta1[i],
+    beta2[i] and eps[i]: a fused call per setting every run shares; for the tensors whose settings
+    differ between runs, one pass of the plain formula along the run axis over those of them that
+    are `small` (a call per run costs more than the passes it saves: `passes.split`), and a fused
+    call per run and setting over the others."""
+    whole: dict[tuple, list[int]] = {}
+    each, along = [], []
+    for i, key in enumerate(zip(beta1, beta2, eps)):
+        if not any(isinstance(x, tuple) for x in key):
+            whole.setdefault(key, []).append(i)
+        else:
+            (along if i in small else each).append(i)
+    calls: list[Call] = [(*key, idx, None) for key, idx in whole.items()]
+    if along:
+        calls.append(tuple([x[i] for i in along] for x in (beta1, beta2, eps)) + (along, EVERY_RUN))
+    for k in range(runs if each else 0):
+        found: dict[tuple, list[int]] = {}
+        for i in each:
+            found.setdefault((at(beta1[i], k), at(beta2[i], k), at(eps[i], k)), []).append(i)
+        calls += [(*key, idx, k) for key, idx in found.items()]
+    return calls
+
+
 def adam_directions_(
     out: Sequence[Tensor],
     grads: Sequence[Tensor],
     m: Sequence[Tensor],
     v: Sequence[Tensor],
     step: Tensor | int,
-    beta1: float,
-    beta2: float,
-    eps: float | Sequence[float],
+    beta1: Setting | list[Setting],
+    beta2: Setting | list[Setting],
+    eps: Setting | list[Setting],
+    calls: Sequence[Call] | None = None,
 ) -> None:
     """Update Adam's moments m, v with `grads` (in place) and write m_hat/(sqrt(v_hat)+eps) into `out`.
 
     step: the step count, best a 0-dim tensor on the tensors' device, read there by the kernel
     (so a CUDA graph that replays this reads the count of each step, not the one at capture).
 
-    eps: one value, or one per tensor (a parameterization's per-tensor epsilon): the fused
-    kernel takes one, so it runs once per distinct value."""
+    beta1, beta2, eps: one value, or a list of one per tensor, each a float or a tuple of one per
+    run (`Setting`): the fused kernel takes one of each, so it runs once per distinct setting
+    (`plan`). calls: the plan, where the caller made it once (settings do not change from step
+    to step)."""
     if not isinstance(step, Tensor):
         step = torch.tensor(float(step), device=out[0].device if out else None)
-    eps = [float(eps)] * len(out) if isinstance(eps, (int, float)) else [float(e) for e in eps]
-    groups: dict[float, list[int]] = {}
-    for i, e in enumerate(eps):
-        groups.setdefault(e, []).append(i)
-    for e, idx in groups.items():
-        pick = lambda ts: [ts[i] for i in idx]  # noqa: E731
-        _adam_directions_(pick(out), pick(grads), pick(m), pick(v), step, beta1, beta2, e)
+    if calls is None:
+        n = len(out)
+        calls = plan(per_tensor(beta1, n), per_tensor(beta2, n), per_tensor(eps, n), out[0].shape[0] if n else 0,
+                     small=[i for i, o in enumerate(out) if o[0].numel() < PER_RUN_MIN])
+    # each run's slices of a tensor updated run by run, taken at once (unbind: one call, not one a run)
+    each = {i for *_, idx, k in calls if k is not None and k != EVERY_RUN for i in idx}
+    runs = {i: [t[i].unbind(0) for t in (out, grads, m, v)] for i in each}
+    for b1, b2, e, idx, k in calls:
+        if k is None or k == EVERY_RUN:
+            parts = [[t[i] for i in idx] for t in (out, grads, m, v)]
+        else:
+            parts = [[runs[i][j][k] for i in idx] for j in range(4)]
+        if k == EVERY_RUN:
+            _adam_directions_along_(*parts, step, b1, b2, e)
+        else:
+            _adam_directions_(*parts, step, b1, b2, e)
+
+
+def _adam_directions_along_(out, grads, m, v, step: Tensor, beta1, beta2, eps) -> None:
+    """The plain formula on whole (K, ...) tensors, each run at its own settings: per tensor, each of
+    beta1, beta2, eps a Setting, a tuple's values along the run axis."""
+    for o, g, mi, vi, b1, b2, e in zip(out, grads, m, v, beta1, beta2, eps):
+        b1, b2, e = (along(x, mi) for x in (b1, b2, e))
+        t = step.to(mi.dtype)
+        mi.lerp_(g, 1 - b1)
+        vi.mul_(b2).add_(g * g * (1 - b2))
+        c1, c2 = 1 - b1**t, (1 - b2**t).sqrt()
+        torch.div(mi, c1, out=o).div_(vi.sqrt().div_(c2).add_(e))
+
+
+_along: dict[tuple, Tensor] = {}  # (values, device, dtype, dims) -> the values along the run axis
+
+
+def along(setting: Setting, like: Tensor) -> float | Tensor:
+    """A setting as a number, or its runs' values as a (K, 1, ...) tensor against `like` (K, ...),
+    made once per place and kept (a CUDA graph replays its first)."""
+    if not isinstance(setting, tuple):
+        return setting
+    key = (setting, like.device, like.dtype, like.dim())
+    if key not in _along:
+        _along[key] = torch.tensor(setting, dtype=like.dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
+    return _along[key]
 
 
 def _adam_directions_(out, grads, m, v, step: Tensor, beta1: float, beta2: float, eps: float) -> None:
@@ -76,8 +173,7 @@ def _adam_directions_(out, grads, m, v, step: Tensor, beta1: float, beta2: float
     grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
     if use_fused and hasattr(torch, "_fused_adam_"):
         try:
-            for o in out:
-                o.zero_()
+            torch._foreach_zero_(list(out))
             torch._fused_adam_(
                 list(out), grads, list(m), list(v), [], [step] * len(out),
                 lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,

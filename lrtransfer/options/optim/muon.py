@@ -41,8 +41,9 @@ import torch
 from torch import Tensor
 
 from lrtransfer.nn.linalg import as_matrices, newton_schulz
-from lrtransfer.options.optim.adam import check_adam
-from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_
+from lrtransfer.options.optim.adam import check_adam, settings
+from lrtransfer.options.optim import passes
+from lrtransfer.options.optim.kernels import CountsSteps, adam_directions_, plan
 from lrtransfer.nn import is_hidden_matrix
 from lrtransfer.options.schema import ORTHOGONALIZED, ConfigError, DecayScaling, Grid, added, in_unit, positive
 
@@ -68,7 +69,8 @@ SCALES = {
 @dataclass
 class MuonOptions:
     UPDATE: ClassVar[str] = ORTHOGONALIZED
-    PER_RUN: ClassVar[tuple[str, ...]] = ("weight_decay",)  # may vary across a job's runs (grid.optim.weight_decay)
+    # may vary across a job's runs (grid.optim.weight_decay=[...]; the betas and eps: the AdamW part's)
+    PER_RUN: ClassVar[tuple[str, ...]] = ("weight_decay", "beta1", "beta2", "eps")
     # log2 learning rates every job trains, unless overridden: the orthogonalised update's
     # spectral norm is ~lr (jordan, on a square matrix); the low end leaves room for
     # scale=moonlight, whose LR is AdamW's.
@@ -109,7 +111,7 @@ OPTIONS = MuonOptions
 class Optimizer(CountsSteps):
     def __init__(self, options: MuonOptions, slots: Sequence[Slot]) -> None:
         self.momentum, self.nesterov, self.ns_steps = options.momentum, options.nesterov, options.ns_steps
-        self.beta1, self.beta2, self.ratio = options.beta1, options.beta2, options.adam_lr_ratio
+        self.ratio = options.adam_lr_ratio
         self.hidden = [i for i, s in enumerate(slots) if is_hidden_matrix(s.atom, s.name)]
         if not self.hidden:
             raise ConfigError(
@@ -117,7 +119,10 @@ class Optimizer(CountsSteps):
                 "give it a hidden layer (model=mlp: depth >= 3) or use optim=adam"
             )
         self.rest = [i for i in range(len(slots)) if i not in set(self.hidden)]
-        self.eps = [options.eps * slots[i].eps_mult for i in self.rest]  # the AdamW part's, per tensor
+        # the AdamW part's beta1, beta2 and eps, per tensor (and per run where a grid gives them)
+        self.beta1, self.beta2, self.eps = settings(options, [slots[i] for i in self.rest])
+        rest = [slots[i].tensor for i in self.rest]
+        self._calls = plan(self.beta1, self.beta2, self.eps, slots[0].tensor.shape[0], small=passes.split(rest)[0])
         scale = SCALES[options.scale.value]
         self.atoms = [slots[i].atom for i in self.hidden]
         self.scales = [scale(a.fan_in, a.fan_out) for a in self.atoms]
@@ -146,6 +151,6 @@ class Optimizer(CountsSteps):
         if self.rest:
             outs = [self.scratch[i] for i in self.rest]
             adam_directions_(outs, [grads[i] for i in self.rest], self.m, self.v, self._step,
-                             self.beta1, self.beta2, self.eps)
+                             self.beta1, self.beta2, self.eps, calls=self._calls)
             torch._foreach_mul_(outs, self.ratio)
         return self.scratch

@@ -3,8 +3,9 @@
 The tensors carry the run axis first, so one run's slice of each is contiguous memory: a
 fused kernel takes it as it is, and applies that run's own rate and decay with the
 direction in the same pass, where the direction path makes five (direction, scale,
-decay, subtract, clear). The tensors of a run that share a rate, a decay and an
-optimizer setting (Adam's per-tensor epsilon) go in one call. A small tensor (a bias,
+decay, subtract, clear). The tensors of a run that share a rate, a decay and the
+optimizer's settings (Adam's beta1, beta2 and epsilon: each tensor's own, each run's own
+where they are per run) go in one call. A small tensor (a bias,
 a gain, a narrow model's matrix) is in cache whatever the path, and one call per run
 costs more than it saves: those are updated for every run at once, the direction
 path's way (`whole`).
@@ -42,8 +43,8 @@ def pick(values: Sequence | None, idx: Sequence[int]) -> list | None:
 def groups(k: int, rates, decays, keys: Sequence) -> Iterator[tuple[float, float, object, list[int]]]:
     """(rate, decay, key, indices) of run k's tensors, grouped by equal (rate, decay, key).
 
-    rates: per tensor, K floats; decays: the same, or None (no decay); keys: per tensor, a setting
-    of the optimizer that must be equal within one call."""
+    rates: per tensor, K floats; decays: the same, or None (no decay); keys: per tensor, run k's
+    settings of the optimizer that must be equal within one call (Adam's (beta1, beta2, eps))."""
     found: dict[tuple, list[int]] = {}
     for i, (r, key) in enumerate(zip(rates, keys)):
         found.setdefault((r[k], decays[i][k] if decays is not None else 0.0, key), []).append(i)

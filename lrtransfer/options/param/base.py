@@ -27,6 +27,7 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix, is_one_dimensional
+from lrtransfer.options.param.sde import Rule
 from lrtransfer.options.param.tuning import Tuning, on, product
 from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED, ConfigError
 
@@ -62,8 +63,12 @@ class Parameterization:
     # multipliers (`slots`, `decays`, `initialize`); none by default. Set by the builder (`tuned`).
     tune: Tuning = Tuning()
 
-    def __init__(self, options, *, width: int, update: str, depth: int | None = None) -> None:
+    def __init__(self, options, *, width: int, update: str, depth: int | None = None,
+                 batch_size: int | None = None, steps: int | None = None) -> None:
         self.options, self.width, self.update, self.depth = options, width, update, depth
+        # param.sde_rule for the job's batch and steps (`sde.py`): its factors on every tensor's LR,
+        # betas, epsilon and decay, on top of this rule's own (all 1 without the rule or at its base)
+        self.sde = Rule.of(options, batch_size, steps)
         self._copies: dict = {}  # per-run values on a device (`tuning.on`)
 
     def tuned(self, tune: Tuning) -> Parameterization:
@@ -202,11 +207,13 @@ class Parameterization:
         return None
 
     def slots(self, model: Module) -> list[Slot]:
-        """Each trained tensor with this rule's multipliers, times the job's `hp.*` where set (`tune`)."""
-        tune = self.tune
-        return [Slot(atom, name, t, tune.times(self.lr_multiplier(atom, name), atom, name, "lr_mult"),
-                     tune.times(self.eps_multiplier(atom, name), atom, name, "eps_mult"),
-                     self.wd_multiplier(atom, name), wd_tuned=tune.times(1.0, atom, name, "wd_mult"))
+        """Each trained tensor with its multipliers: this rule's, times the SDE rule's (`self.sde`), times
+        the job's `hp.*` where set (`tune`)."""
+        tune, sde = self.tune, self.sde
+        return [Slot(atom, name, t, tune.times(self.lr_multiplier(atom, name) * sde.lr, atom, name, "lr_mult"),
+                     tune.times(self.eps_multiplier(atom, name) * sde.eps, atom, name, "eps_mult"),
+                     self.wd_multiplier(atom, name), wd_tuned=tune.times(1.0, atom, name, "wd_mult"),
+                     beta1_mult=sde.beta, beta2_mult=sde.beta)
                 for atom in model.atoms() for name, t in atom.trained()]
 
     def rates(self, slots: Sequence[Slot], lr: Tensor) -> list[Tensor]:
@@ -238,11 +245,17 @@ class Parameterization:
         pass
 
     def decay_mults(self, slots: Sequence[Slot], optim) -> list[float]:
-        """Each slot's factor on the weight decay: its wd_mult, 0 for a bias or norm gain under
-        `decay_1d: false`. (A tensor the forward did not use at a step does not decay that step:
+        """Each slot's factor on the weight decay by this rule: its wd_mult, 0 for a bias or norm gain
+        under `decay_1d: false`. (A tensor the forward did not use at a step does not decay that step:
         `training/skips.py`.)"""
         keep_1d = getattr(optim, "decay_1d", True)
         return [s.wd_mult if keep_1d or not is_one_dimensional(s) else 0.0 for s in slots]
+
+    def decay_factors(self, slots: Sequence[Slot], optim) -> list[float]:
+        """Each slot's factor on the weight decay in the formula of `optim.decay_scaling` (`decays`):
+        this rule's (`decay_mults`) times the SDE rule's, which keeps the per-step decay x kappa."""
+        mults, rule = self.decay_mults(slots, optim), self.sde.decay(optim.decay_scaling.value)
+        return mults if rule == 1.0 else [w * rule for w in mults]
 
     def decays(self, slots: Sequence[Slot], lr: Tensor, factor: float, optim) -> list[Tensor] | None:
         """Decoupled weight decay of each tensor, (K,) per slot: w <- (1 - decay) * w.
@@ -260,11 +273,12 @@ class Parameterization:
         With `decay_1d: false` biases and norm gains (`is_one_dimensional`) do not decay.
         """
         wd = optim.weight_decay
-        # this rule's factor, times hp.<role>.wd_mult (after the rule: a rule that replaces its own keeps it);
-        # per-run values on lr's device, copied once (`tuning.on`): a step replayed as a CUDA graph copies none
+        # this rule's factor and the SDE rule's, times hp.<role>.wd_mult (after the rules: a rule that replaces
+        # its own keeps it); per-run values on lr's device, copied once (`tuning.on`): a step replayed as a
+        # CUDA graph copies none
         dev = lr.device
         mults = [w if isinstance(s.wd_tuned, float) and s.wd_tuned == 1.0 else w * on(s.wd_tuned, dev, cache=self._copies)
-                 for s, w in zip(slots, self.decay_mults(slots, optim))]
+                 for s, w in zip(slots, self.decay_factors(slots, optim))]
         with_lr = optim.decay_scaling.value == "lr"
         if not isinstance(wd, Tensor) and not any(isinstance(x, Tensor) for x in mults) \
                 and not (with_lr and any(isinstance(s.lr_mult, Tensor) for s in slots)):

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from lrtransfer.nn import HIDDEN, Atom, Slot
 from lrtransfer.options.param.mup import MuP, MupOptions
-from lrtransfer.options.schema import ADAPTIVE, ConfigError, positive
+from lrtransfer.options.schema import ADAPTIVE, MAX_DEPTH, ConfigError, positive, within
 
 
 @dataclass
@@ -46,6 +46,7 @@ class CompletePOptions(MupOptions):
     def check(self) -> None:
         super().check()
         positive("param.base_depth", self.base_depth)
+        within("param.base_depth", self.base_depth, MAX_DEPTH, "layers or blocks (depth's own bound)")
         if not 0 <= self.alpha <= 1:
             raise ConfigError(f"param.alpha={self.alpha!r} is outside [0, 1]: the branch multiplier L^-alpha "
                               "must neither grow with depth (alpha < 0) nor shrink faster than 1/L, where the "
@@ -62,11 +63,11 @@ OPTIONS = CompletePOptions
 class CompleteP(MuP):
     name = "completep"
 
-    def __init__(self, options: CompletePOptions, *, width: int, update: str, depth: int | None = None) -> None:
+    def __init__(self, options: CompletePOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
         if update != ADAPTIVE:
             raise ConfigError(f"param=completep has rules for Adam-type optimizers only (their updates are "
                               f"{ADAPTIVE}), not for one whose updates are {update}; use optim=adam")
-        super().__init__(options, width=width, update=update, depth=depth)
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         self.alpha, self.base_depth = options.alpha, options.base_depth
         self.L = (depth if depth is not None else options.base_depth) / options.base_depth
 

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from lrtransfer.nn import Atom
 from lrtransfer.options.param.base import Parameterization
+from lrtransfer.options.param.sde import SdeOptions
 from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, Grid, positive
 
 
@@ -51,7 +52,7 @@ class EqualizedScale(str, Enum):
 
 
 @dataclass
-class EqualizedOptions:
+class EqualizedOptions(SdeOptions):
     LR_GRIDS: ClassVar[dict[str, Grid]] = {ADAPTIVE: Grid(-11, -1), GRADIENT: Grid(-5, 5), ORTHOGONALIZED: Grid(-8, 2)}
 
     name: str = "equalized"
@@ -68,8 +69,8 @@ OPTIONS = EqualizedOptions
 class Equalized(Parameterization):
     name = "equalized"
 
-    def __init__(self, options: EqualizedOptions, *, width: int, update: str, depth: int | None = None) -> None:
-        super().__init__(options, width=width, update=update, depth=depth)
+    def __init__(self, options: EqualizedOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         self.gain = options.gain
         self.scale_bias = options.scale.value == "output"
 

@@ -73,6 +73,7 @@ from torch import Tensor
 from lrtransfer.nn import Activation, Atom, Module, Sequential, Slot, tare
 from lrtransfer.nn.linalg import RMS, TINY, Norm, Spectral, orthogonal, orthogonalize, run_view  # noqa: F401  (orthogonalize: re-exported)
 from lrtransfer.options.param.base import RESIDUAL_RULES, Parameterization
+from lrtransfer.options.param.sde import SdeOptions
 from lrtransfer.options.schema import UPDATE_KINDS, ConfigError, Grid, MatrixInit, NormEstimate, positive
 
 
@@ -91,7 +92,7 @@ class Sensitivity(str, Enum):
 
 
 @dataclass
-class ModularOptions:
+class ModularOptions(SdeOptions):
     LR_GRIDS: ClassVar[dict[str, Grid]] = {kind: Grid(-8, 2) for kind in UPDATE_KINDS}  # a target norm
     SCALED_ACTIVATION: ClassVar[bool] = True  # model.activation=auto: Modula's models' sqrt(2)-scaled forms
     # The compound rules walk the network's tree of atoms and bonds: a model that has none
@@ -250,8 +251,8 @@ def targets(module: Module, target: float = 1.0) -> dict[Atom, float]:
 class Modular(Parameterization):
     name = "modular"
 
-    def __init__(self, options: ModularOptions, *, width: int, update: str, depth: int | None = None) -> None:
-        super().__init__(options, width=width, update=update, depth=depth)
+    def __init__(self, options: ModularOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         p = options
         self.dualize = p.update.value == "dualize"
         self.exact = p.norm_estimate.value == "exact"
@@ -340,7 +341,7 @@ class Modular(Parameterization):
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Each slot's direction mapped to an update of norm share * lr (per run)."""
         out = []
-        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x hp.<role>.lr_mult (1 by default)
+        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x lr_mult (the SDE rule's, hp.<role>.lr_mult)
             norm, target = self.norm_of(s), rate * self.share(s)  # (K,)
             if self.dualize:
                 out.append(norm.dual(d, self.ns_steps) * run_view(target, d))

@@ -79,7 +79,8 @@ from torch import Tensor
 
 from lrtransfer.nn import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR, Atom
 from lrtransfer.options.param.base import Parameterization, tensor_update
-from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive
+from lrtransfer.options.param.sde import SdeOptions
+from lrtransfer.options.schema import ADAPTIVE, GRADIENT, ORTHOGONALIZED, ConfigError, positive, within
 
 
 class TiedInit(str, Enum):
@@ -92,7 +93,7 @@ class TiedInit(str, Enum):
 
 
 @dataclass
-class MupOptions:
+class MupOptions(SdeOptions):
     # Bumped when the rules change while the options do not, so that a job's identity
     # (`config.semantic`) changes and records made under the old rules are not reused.
     # 1: hidden biases start at SP's draw x sqrt(fan-in width multiplier), as mup's set_base_shapes.
@@ -102,6 +103,8 @@ class MupOptions:
     # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier, a (K,) attention factor
     # (model=transformer; a published model's attention takes one per job).
     PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult", "attn_mult")
+    # Keys that act only on attention logits: set on a model without attention, refused (`validate`).
+    ATTENTION_KEYS: ClassVar[tuple[str, ...]] = ("attn_mult",)
 
     name: str = "mup"
     base_width: int = 128  # muP equals SP at this width (with readout_zero_init=false)
@@ -125,6 +128,8 @@ class MupOptions:
             raise ConfigError(f"param.depth_exponent must be >= 0, got {self.depth_exponent!r}")
         if not self.hidden_std >= 0:
             raise ConfigError(f"param.hidden_std must be >= 0 (0: the model's own init), got {self.hidden_std!r}")
+        within("param.hidden_std", self.hidden_std, MAX_HIDDEN_STD, "(the std of a hidden weight's entries at the base "
+               "width: nanoGPT-mup's is 0.02; at 1 a layer already multiplies its input's scale by sqrt(width))")
         if self.attn_mult is not None:
             positive("param.attn_mult", self.attn_mult)
 
@@ -137,6 +142,11 @@ class MupOptions:
 
 
 OPTIONS = MupOptions
+
+# param.hidden_std's bound: entries of std 1 make a hidden layer multiply the scale of its input by
+# sqrt(fan_in) (11x at width 128), an init that explodes with depth; beyond it (1e300 overflows float32 at
+# the first draw) no value is an init anyone means.
+MAX_HIDDEN_STD = 1.0
 
 # Per-tensor LR multiplier as a power of m, per kind of update the optimizer makes, role and tensor.
 # "tensor": a trained tensor outside any layer (model=custom), by mup's count of its
@@ -159,8 +169,8 @@ class MuP(Parameterization):
     name = "mup"
     attention_rule = "muP's 1/d attention scale"
 
-    def __init__(self, options: MupOptions, *, width: int, update: str, depth: int | None = None) -> None:
-        super().__init__(options, width=width, update=update, depth=depth)
+    def __init__(self, options: MupOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         p = options
         if update not in LR_POWERS:
             raise ConfigError(

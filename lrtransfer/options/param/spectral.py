@@ -48,11 +48,12 @@ from torch import Tensor
 from lrtransfer.nn.linalg import RMS, Spectral, as_matrices, orthogonal
 from lrtransfer.nn import Atom, Module, Slot
 from lrtransfer.options.param.base import Parameterization
+from lrtransfer.options.param.sde import SdeOptions
 from lrtransfer.options.schema import UPDATE_KINDS, Grid, MatrixInit, NormEstimate, positive
 
 
 @dataclass
-class SpectralOptions:
+class SpectralOptions(SdeOptions):
     # log2 of the LR: a spectral norm per unit sqrt(fan_out / fan_in), whatever the optimizer
     LR_GRIDS: ClassVar[dict[str, Grid]] = {kind: Grid(-10, 0) for kind in UPDATE_KINDS}
 
@@ -78,8 +79,8 @@ def spectral_scale(atom: Atom) -> float:
 class SpectralParam(Parameterization):
     name = "spectral"
 
-    def __init__(self, options: SpectralOptions, *, width: int, update: str, depth: int | None = None) -> None:
-        super().__init__(options, width=width, update=update, depth=depth)
+    def __init__(self, options: SpectralOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
+        super().__init__(options, width=width, update=update, depth=depth, **job)
         self.sigma, self.init_kind = options.sigma, options.init.value
         self.exact = options.norm_estimate.value == "exact"
         self.spectral = Spectral(options.power_iters)
@@ -123,7 +124,7 @@ class SpectralParam(Parameterization):
         """Each weight's direction rescaled to spectral norm lr x sqrt(fan_out/fan_in) per run,
         each vector's to RMS lr."""
         out = []
-        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x hp.<role>.lr_mult (1 by default)
+        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x lr_mult (the SDE rule's, hp.<role>.lr_mult)
             if s.name == "weight":
                 m = as_matrices(s.atom, d)  # (K, a, b): the matrix or its transpose
                 state = self._state.setdefault((s.atom, s.name), {})

@@ -12,11 +12,12 @@ from typing import ClassVar
 
 from lrtransfer.nn import OUTPUT, Atom
 from lrtransfer.options.param.base import Parameterization
+from lrtransfer.options.param.sde import SdeOptions
 from lrtransfer.options.schema import added, positive
 
 
 @dataclass
-class StandardOptions:
+class StandardOptions(SdeOptions):
     PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult",)  # may vary across a job's runs
 
     name: str = "standard"
