@@ -187,3 +187,56 @@ def test_a_published_models_attention_takes_one_multiplier_per_job(cli, tmp_path
     code, out, err = cli("sweep", *NANO, "param=mup", "param.base_width=8", "train.steps=2", "lr.log2_min=-8",
                          "lr.log2_max=-8", f"results_dir={tmp_path}", "grid.param.attn_mult=[0.5,2]")
     assert code == 2 and "param.attn_mult per run: a published model's attention takes one scale per job" in err, err
+
+
+# Adam's betas and epsilon per role and per run. The fused kernel takes one beta1, beta2 and epsilon
+# a call, so runs with their own are updated by the plain formula along the run axis (or a call per
+# run) where a job configured to one vector takes the kernel: equal to rounding, in float64
+# (as grid.optim.beta1's, tests/test_grid.py)
+ADAM = {
+    "transformer, completep": (["model=transformer", *TEXT, "param=completep", "param.base_width=8",
+                                "param.readout_zero_init=false"], {
+        "hp.attention.beta1": [0.5, 0.95, 0.9], "hp.mlp.beta2": [0.9, 0.99, 0.999],
+        "hp.embedding.eps_mult": [1e4, 1.0, 1e6], "hp.vector.beta1": [0.8, 0.0, 0.9],
+        "hp.readout.beta2": [0.95, 0.5, 0.999], "hp.hidden.eps_mult": [1e5, 1e3, 1.0]}),
+    "mlp, mup, the SDE rule on": (MLP + ["param=mup", "param.base_width=8", "param.sde_rule=sde",
+                                         "param.base_steps=16"], {
+        "hp.hidden.beta1": [0.7, 0.95, 0.9], "hp.readout.beta2": [0.9, 0.99, 0.999],
+        "hp.embedding.eps_mult": [1e5, 1.0, 1e6], "hp.vector.beta1": [0.8, 0.99, 0.9]}),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if c.startswith("transformer") else [])
+                                  for c in ADAM])
+def test_per_run_betas_and_eps_equal_a_job_configured_to_them_in_float64(case):
+    over, vectors = ADAM[case]
+    over = [*over, "train.dtype=float64"]
+    together = trained(over, vector_runs(vectors), "train.steps=8")
+    alone = configured_alone(over, vectors, "train.steps=8")
+    for r, ref in zip(together, alone):
+        assert r.history_loss == pytest.approx(ref.history_loss, rel=1e-12)
+        assert r.eval_loss == pytest.approx(ref.eval_loss, rel=1e-12)
+    assert len({r.final_loss for r in together}) == len(together)  # the vectors matter
+    one = trained(over, vector_runs(vectors), "train.steps=8", "engine.batched=false")
+    for a, b in zip(together, one):
+        assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
+
+
+def test_dropping_one_roles_per_run_betas_or_eps_fails_the_check(monkeypatch):
+    """The mutation check for Adam's settings: each role's per-run values matter to 1e-12."""
+    over, vectors = ADAM["mlp, mup, the SDE rule on"]
+    over = [*over, "train.dtype=float64"]
+    alone = configured_alone(over, vectors, "train.steps=8")
+    honest = Tuning.value
+    for role in roles_in(vectors):
+        def dropped(self, atom, name, what, role=role):
+            for r in roles_of(atom, name):
+                found = self.values.get(r, {}).get(what)
+                if found is not None:
+                    return float(found[0]) if r == role and not isinstance(found, float) else found
+            return None
+
+        monkeypatch.setattr(Tuning, "value", dropped)
+        together = trained(over, vector_runs(vectors), "train.steps=8")
+        monkeypatch.setattr(Tuning, "value", honest)
+        assert any(r.history_loss != pytest.approx(ref.history_loss, rel=1e-12) for r, ref in zip(together, alone)), role

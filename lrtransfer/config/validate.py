@@ -90,9 +90,6 @@ def _check_per_run_key(cfg: Config, key: str, where: str) -> None:
             hp.check_applies(key, cfg.optim, cfg.model)
         except ConfigError as e:
             raise ConfigError(f"{where}: {str(e).partition(': ')[2]}") from None
-        if key.endswith(".eps_mult"):  # Adam's epsilon is one per tensor for every run of a job
-            raise ConfigError(f"{where}: Adam's epsilon cannot differ between the runs of a job in this version; set "
-                              f"{key}=VALUE per job (a sweep over it: {key}=a,b,c)")
         return
     valid = per_run_keys(cfg)
     if key not in valid:
@@ -455,7 +452,11 @@ def _check_sde_rule(cfg: Config) -> None:
     """param.sde_rule, its bases, and the betas it makes at this job's batch and steps (`sde.check`)."""
     from lrtransfer.options.param import sde  # the options' modules (and torch) load with the config's groups
 
-    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=inner_grid(cfg))
+    own = {k: [v] for k, v in hp.set_values(cfg.hp).items() if k.endswith((".beta1", ".beta2"))}
+    grid = inner_grid(cfg)
+    if grid is not None and grid[0].startswith("hp."):
+        own[grid[0]] = list(grid[1])
+    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=grid, own=own)
 
 
 def _reads(model_schema) -> tuple[str, ...]:

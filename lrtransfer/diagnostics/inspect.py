@@ -69,6 +69,11 @@ def effective(param, slots, optim, log2_lr: float | None) -> list[dict]:
     return out
 
 
+def own(value, optim, name: str) -> float:
+    """A tensor's beta before the rule's multiplier: its own (hp.<role>.beta1), else the optimizer's."""
+    return float(getattr(optim, name) if value is None else value)
+
+
 def _rows(param, model, optim) -> list[dict]:
     """lr_mult, eps_mult, wd_mult: the parameterization's, the SDE rule's factors included (wd_mult
     0 for a bias or gain under optim.decay_1d=false); beta1, beta2: the tensor's own (None under an
@@ -96,8 +101,8 @@ def _rows(param, model, optim) -> list[dict]:
             "lr_mult": float(slot.lr_mult),
             "eps_mult": float(slot.eps_mult),
             "wd_mult": float(slot.wd_mult * sde_decay if decay_1d or not is_one_dimensional(slot) else 0.0),
-            "beta1": scaled_beta(optim.beta1, slot.beta1_mult) if adam(slot) else None,
-            "beta2": scaled_beta(optim.beta2, slot.beta2_mult) if adam(slot) else None,
+            "beta1": scaled_beta(own(slot.beta1, optim, "beta1"), slot.beta1_mult) if adam(slot) else None,
+            "beta2": scaled_beta(own(slot.beta2, optim, "beta2"), slot.beta2_mult) if adam(slot) else None,
             "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,

@@ -370,6 +370,10 @@ class Slot:
     # the optimizer's betas become this tensor's own (`optim.betas`); 1 keeps them exactly
     beta1_mult: float = 1.0
     beta2_mult: float = 1.0
+    # the tensor's own beta1 and beta2 (hp.<role>.beta1): in place of the optimizer's, the rule's
+    # multipliers above then applied to it; a float, or (K,) float64 values of the runs; None: the optimizer's
+    beta1: float | Tensor | None = None
+    beta2: float | Tensor | None = None
     # x the weight decay after the parameterization's rule for it (`decay_mults`): hp.<role>.wd_mult.
     # lr_mult and eps_mult hold hp.<role>.lr_mult and eps_mult already. Each of the three a float, or
     # (K,) float64 values of the runs where the runs have their own

@@ -42,8 +42,6 @@ ROLES = (*BASE_ROLES, *PART_ROLES, "group")
 NAMES = ("lr_mult", "init_mult", "beta1", "beta2", "eps_mult", "wd_mult")
 # The names only an optimizer with Adam's moments has, and the option key each one needs
 ADAM_NAMES = {"beta1": "beta1", "beta2": "beta2", "eps_mult": "eps"}
-# Names the optimizer cannot apply per tensor yet (Adam's betas are one per job), refused in one line
-PENDING = ("beta1", "beta2")
 SPECIFIC_FIRST = ("group", *PART_ROLES)  # the roles that override a tensor's base role, most specific first
 
 
@@ -126,12 +124,12 @@ def check_applies(k: str, optim, model, param=None) -> None:
     no such parts (`model`'s options declare theirs, `PARTS`). Whether the built model has a
     tensor of the role is checked once it is built (`unused_roles`)."""
     role, name = split(k)
-    if name in PENDING:
-        raise ConfigError(f"{k}: per-tensor Adam betas are not in this version yet; valid names here: "
-                          f"{', '.join(n for n in NAMES if n not in PENDING)}")
     if name in ADAM_NAMES and not hasattr(optim, ADAM_NAMES[name]):
         raise ConfigError(f"{k}: optim={optim.name} has no {ADAM_NAMES[name]} (it is not Adam-like); "
                           f"valid names here: {', '.join(n for n in NAMES if n not in ADAM_NAMES)}")
+    if name in ADAM_NAMES and role in ("hidden", *PART_ROLES) and getattr(optim, "UPDATE", "") == "orthogonalized":
+        raise ConfigError(f"{k}: optim={optim.name} orthogonalises the hidden matrices (momentum, no Adam {ADAM_NAMES[name]}); "
+                          f"its Adam part's tensors take it: roles embedding, readout, vector")
     parts = roles_of_model(model)
     if role not in parts:
         raise ConfigError(f"{k}: model={model.name} has no role {role}"

@@ -57,17 +57,27 @@ OPTIONS = AdamOptions
 
 def settings(options, slots: Sequence[Slot]) -> tuple[list[Setting], list[Setting], list[Setting]]:
     """Each tensor's beta1, beta2 and epsilon (`kernels.Setting`: a float, or a tuple of one per run
-    where the option is per run): the options' values with the tensor's multipliers."""
-    def runs(value) -> Setting:  # a per-run option arrives as a (K,) float64 tensor
+    where the option or the tensor's `hp.*` value is per run): the tensor's own betas where it has
+    them (`Slot.beta1`: hp.<role>.beta1), else the options', with the tensor's multipliers."""
+    def runs(value) -> Setting:  # a per-run value arrives as a (K,) float64 tensor
         return tuple(value.tolist()) if isinstance(value, Tensor) else float(value)
 
     def each(value: Setting, f) -> Setting:
         return tuple(f(x) for x in value) if isinstance(value, tuple) else f(value)
 
-    b1, b2, eps = runs(options.beta1), runs(options.beta2), runs(options.eps)
-    return ([each(b1, lambda b, s=s: scaled_beta(b, s.beta1_mult)) for s in slots],
-            [each(b2, lambda b, s=s: scaled_beta(b, s.beta2_mult)) for s in slots],
-            [each(eps, lambda e, s=s: e * s.eps_mult) for s in slots])
+    b1, b2 = runs(options.beta1), runs(options.beta2)
+    own = lambda x, shared: shared if x is None else runs(x)  # noqa: E731
+    return ([each(own(s.beta1, b1), lambda b, s=s: scaled_beta(b, s.beta1_mult)) for s in slots],
+            [each(own(s.beta2, b2), lambda b, s=s: scaled_beta(b, s.beta2_mult)) for s in slots],
+            [eps_of(runs(options.eps), runs(s.eps_mult)) for s in slots])
+
+
+def eps_of(eps: Setting, mult: Setting) -> Setting:
+    """A tensor's epsilon: the option's times its multiplier (hp.<role>.eps_mult in it), either per run."""
+    if not isinstance(eps, tuple) and not isinstance(mult, tuple):
+        return eps * mult
+    n = len(eps) if isinstance(eps, tuple) else len(mult)
+    return tuple(at(eps, k) * at(mult, k) for k in range(n))
 
 
 class Optimizer(CountsSteps):

@@ -213,7 +213,8 @@ class Parameterization:
         return [Slot(atom, name, t, tune.times(self.lr_multiplier(atom, name) * sde.lr, atom, name, "lr_mult"),
                      tune.times(self.eps_multiplier(atom, name) * sde.eps, atom, name, "eps_mult"),
                      self.wd_multiplier(atom, name), wd_tuned=tune.times(1.0, atom, name, "wd_mult"),
-                     beta1_mult=sde.beta, beta2_mult=sde.beta)
+                     beta1_mult=sde.beta, beta2_mult=sde.beta, beta1=tune.value(atom, name, "beta1"),
+                     beta2=tune.value(atom, name, "beta2"))
                 for atom in model.atoms() for name, t in atom.trained()]
 
     def rates(self, slots: Sequence[Slot], lr: Tensor) -> list[Tensor]:
