@@ -20,6 +20,7 @@ alike). One run at a time is timed on --alone of the K vectors, each its own ens
 
     python scripts/bench_tune.py                          # transformer and MLP at width 64, K = 256
     python scripts/bench_tune.py --models mlp --points 64 --rounds 3
+    python scripts/bench_tune.py --no-adam                # without per-run betas and epsilon
 """
 
 from __future__ import annotations
@@ -51,11 +52,14 @@ RANGES = {"lr": (2.0**-12, 2.0**-5), "hp.embedding.lr_mult": (0.25, 4.0), "hp.hi
           "hp.hidden.init_mult": (0.5, 2.0), "hp.readout.init_mult": (0.5, 2.0), "hp.hidden.wd_mult": (0.0, 4.0),
           "hp.vector.wd_mult": (0.0, 4.0), "optim.weight_decay": (0.0, 0.1), "param.output_mult": (0.25, 4.0)}
 PARTS = {"hp.attention.lr_mult": (0.25, 4.0), "hp.mlp.lr_mult": (0.25, 4.0)}
+# Adam's settings per role (each run its own betas and epsilon: the optimizer's per-run path)
+ADAM = {"hp.hidden.beta1": (0.8, 0.99), "hp.vector.beta2": (0.9, 0.9999), "hp.embedding.eps_mult": (0.1, 100.0),
+        "hp.readout.eps_mult": (0.1, 100.0)}
 
 
-def vectors(model: str, K: int, seed: int = 0) -> list[Run]:
+def vectors(model: str, K: int, seed: int = 0, adam: bool = True) -> list[Run]:
     """K runs as a random round of `lrtransfer tune` draws them (`sweeps/search.py`)."""
-    ranges = {**RANGES, **(PARTS if model == "transformer" else {})}
+    ranges = {**RANGES, **(PARTS if model == "transformer" else {}), **(ADAM if adam else {})}
     space = search.Space(tuple(search.Dim(k, lo, hi) for k, (lo, hi) in ranges.items()))
     rows = space.values(search.propose(space, "random", search.State(), K, seed))
     keys = space.keys[1:]
@@ -67,9 +71,9 @@ def ensemble(over: list[str], runs: list[Run]) -> engine.Ensemble:
     return engine.Ensemble(build.job(cfg), runs)
 
 
-def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: float) -> None:
+def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: float, adam: bool) -> None:
     over = [*MODELS[model], f"width={width}"]
-    runs = vectors(model, K)
+    runs = vectors(model, K, adam=adam)
     plain = [Run(log2_lr=r.log2_lr, seed=0) for r in runs]
     scalars = [f"{k}={v}" for k, v in runs[0].grid]  # the first vector, as the job's own values
     modes = {"vectors, batched": stepper(ensemble(over, runs), seconds),
@@ -113,11 +117,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0, help="about how long each batched call runs")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-adam", action="store_true", help="without per-run betas and epsilon (the keys before them)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"machine: {bench_engine.cpu_model()}; load {open('/proc/loadavg').read().split()[0]} at the start")
     for model in args.models.split(","):
-        bench(model, args.width, args.points, args.alone, args.rounds, args.seconds)
+        bench(model, args.width, args.points, args.alone, args.rounds, args.seconds, not args.no_adam)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
-from lrtransfer.options.optim.kernels import CountsSteps, Setting, adam_directions_, adam_update_, along, at, plan
+from lrtransfer.options.optim.kernels import (EVERY_RUN, CountsSteps, Setting, adam_directions_, adam_update_,
+                                             adam_update_along_, along, at, plan)
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive, scaled_beta
 
 
@@ -161,10 +162,17 @@ class Optimizer(CountsSteps):
         if small:  # every run at once, the direction path's way
             ws = pick(self.tensors, small)
             gs = [passes.like(g, w) for g, w in zip(pick(grads, small), ws)]
-            ds = pick(self._scratch, small)
-            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self._step, *self._small,
-                             calls=self._small_calls)
-            passes.whole(ws, ds, pick(rates, small), pick(decays, small), pick(copies, small))
+            ds, ms, vs = pick(self._scratch, small), pick(self.m, small), pick(self.v, small)
+            calls = [c for c in self._small_calls if c[-1] != EVERY_RUN]
+            adam_directions_(ds, gs, ms, vs, self._step, *self._small, calls=calls)
+            fused = [i for *_, idx, _k in calls for i in idx]
+            passes.whole(pick(ws, fused), pick(ds, fused), pick(pick(rates, small), fused),
+                         pick(pick(decays, small), fused), pick(pick(copies, small), fused))
+            for b1, b2, eps, idx, _k in (c for c in self._small_calls if c[-1] == EVERY_RUN):
+                # the tensors whose settings differ between runs: their whole step in one formula
+                adam_update_along_(*(pick(x, idx) for x in (ws, gs, ms, vs)), self._step, b1, b2, eps,
+                                   pick(pick(rates, small), idx), pick(pick(decays, small), idx),
+                                   pick(pick(copies, small), idx))
         if not large:
             return
         w, m, v, g, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, self.m, self.v, grads, copies))
