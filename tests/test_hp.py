@@ -241,3 +241,13 @@ def test_dropping_one_roles_per_run_betas_or_eps_fails_the_check(monkeypatch):
         together = trained(over, vector_runs(vectors), "train.steps=8")
         monkeypatch.setattr(Tuning, "value", honest)
         assert any(r.history_loss != pytest.approx(ref.history_loss, rel=1e-12) for r, ref in zip(together, alone)), role
+
+
+def test_sps_output_multiplier_reaches_the_logits():
+    """param=standard's output_mult (a search's key): the module's own class, not the base class it imports
+    under the same name, builds the model, so the multiplier changes the loss, per job and per run."""
+    over = ["model=transformer", *TEXT, "param=standard", "train.steps=3"]
+    job = {m: trained(over, [Run(log2_lr=-6.0, seed=0)], f"param.output_mult={m}")[0].final_loss for m in (1.0, 4.0)}
+    assert job[1.0] != job[4.0]
+    per_run = trained(over, [Run(log2_lr=-6.0, seed=0, grid=(("param.output_mult", m),)) for m in (1.0, 4.0)])
+    assert [r.final_loss for r in per_run] == [job[1.0], job[4.0]]
