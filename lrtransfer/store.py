@@ -196,19 +196,32 @@ def record_problem(record: Any) -> str | None:
     if not runs:
         return "complete record with no runs"
     try:
-        found = inner_grid(record["config"])
-    except (ConfigError, AttributeError) as e:
+        keys = per_run_keys_of(record["config"])
+    except (ConfigError, AttributeError, TypeError) as e:
         return f"malformed record ({e})"
     seen: dict[tuple, int] = {}
     for i, run in enumerate(runs):
-        why = run_problem(run, None if found is None else found[0])
+        why = run_problem(run, keys)
         if why:
             return f"malformed record (run {i}: {why})"
-        key = (run["seed"], run["log2_lr"], run.get("grid", {}).get(found[0]) if found else None)
-        if key in seen:  # a job trains each LR of its grid once per seed: one of the two was added
-            return f"malformed record (runs {seen[key]} and {i} are both seed {key[0]} at log2_lr={key[1]})"
+        key = (run["seed"], run["log2_lr"], *(run["grid"][k] for k in keys))
+        if key in seen:  # a job trains each LR of its grid (each row of its points) once per seed: one was added
+            return f"malformed record (runs {seen[key]} and {i} are both seed {key[0]} at log2_lr={key[1]}" + \
+                (" with the same values)" if keys else ")")
         seen[key] = i
     return None
+
+
+def per_run_keys_of(config: dict) -> list[str]:
+    """The keys a record's runs each carry a value of: its `grid.<key>`, or its `points.keys`."""
+    points = config.get("points")
+    if isinstance(points, dict) and points.get("log2_lr"):
+        keys = points.get("keys") if isinstance(points, dict) else None
+        if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+            raise ConfigError(f"points.keys={shown(keys)} is not a list of keys")
+        return list(keys)
+    found = inner_grid(config)
+    return [] if found is None else [found[0]]
 
 
 def _number(v: Any) -> bool:
@@ -219,7 +232,7 @@ def _finite(v: Any) -> bool:
     return _number(v) and math.isfinite(v)
 
 
-def run_problem(run: Any, grid_key: str | None = None) -> str | None:
+def run_problem(run: Any, grid_keys: list[str] | str | None = None) -> str | None:
     """What is wrong with one run of a complete record, or None. Finite numbers where the
     analysis reads numbers; a diverged run has no final loss (None), a held-out loss may be
     missing (None) or not finite (a model that overflows on held-out data only)."""
@@ -247,7 +260,7 @@ def run_problem(run: Any, grid_key: str | None = None) -> str | None:
                    run.get("eval_acc"), "a fraction in [0, 1] or null"))
     checks += [(isinstance(run.get(k, []), list) and all(v is None or _number(v) for v in run.get(k, [])), k,
                 run.get(k), "a list of numbers") for k in ("history_step", "history_loss")]
-    if grid_key is not None:
+    for grid_key in [grid_keys] if isinstance(grid_keys, str) else grid_keys or []:
         value = run.get("grid", {}).get(grid_key) if isinstance(run.get("grid"), dict) else None
         checks.append((_finite(value), f"grid.{grid_key}", value, "a finite number"))
     for ok, key, value, valid in checks:

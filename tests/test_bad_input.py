@@ -58,7 +58,7 @@ CATALOGUE = [
      "unknown option 'tensorbord' for tracker (did you mean 'tensorboard'?); valid: mlflow, none, tensorboard, wandb"),
     ("unknown W&B mode", ["tracker=wandb", "tracker.mode=ofline"],
      "tracker.mode: Invalid value 'ofline', expected one of [offline, online]"),
-    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, batch_examples, depth, horizon, mnist1d, width"),
+    ("misspelt study", ["study=depht"], "unknown option 'depht' for study (did you mean 'depth'?); valid: batch, batch_examples, depth, horizon, mnist1d, tune, width"),
     ("unknown residual rule", ["model=resnet", "model.residual=half"],
      "model.residual: Invalid value 'half', expected one of [auto, one, sqrt_depth, convex]"),
     ("even conv kernel", ["model=cnn", "data=mnist", "model.kernel_size=4"],
@@ -175,9 +175,9 @@ CATALOGUE = [
     ("grid key added past the schema", ["+grid.optim.momentum=[0.9]"],
      "unknown key 'grid.optim.momentum' (did you mean 'grid.optim.beta2'?); valid: grid.optim.beta1, grid.optim.beta2, "
      "grid.optim.eps, grid.optim.weight_decay, grid.param.act_mult, grid.param.attn_mult, grid.param.loss_mult, "
-     "grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult"),
-    ("grid key of another option", ["grid.param.output_mult=[1,2]"],
-     "grid.param.output_mult: param=standard has no such key; keys that may vary per run here: optim.weight_decay, optim.beta1, optim.beta2, optim.eps"),
+     "grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult, grid.hp.<role>.<name>"),
+    ("grid key of another option", ["param=modular", "grid.param.output_mult=[1,2]"],
+     "grid.param.output_mult: param=modular has no such key; keys that may vary per run here: optim.weight_decay, optim.beta1, optim.beta2, optim.eps"),
     ("grid of a scalar", ["grid.optim.weight_decay=0.1"], "grid.optim.weight_decay: Invalid value assigned: float is not a ListConfig"),
     ("empty grid list", ["grid.optim.weight_decay=[]"], "grid.optim.weight_decay=[] must be a non-empty list of numbers"),
     ("non-finite grid value", ["grid.optim.weight_decay=[0,inf]"], "grid.optim.weight_decay=[0.0, inf]: every value must be finite, got inf"),
@@ -280,6 +280,19 @@ CATALOGUE = [
      "param=umup: transformer.wte.weight is tied to the readout lm_head.weight, and u-muP has no rule for one tensor"),
     ("u-muP on a matrix outside any layer", ["model=custom", f"model.target={LOOSE}:LooseNet", "param=umup"],
      "param=umup has no rule for a matrix outside a Linear, conv or embedding (mix)"),
+    ("unknown hyperparameter role", ["hp.attn.lr_mult=2"], "unknown key 'hp.attn' in 'hp' (did you mean 'attention'?)"),
+    ("unknown hyperparameter", ["hp.hidden.lr_mul=2"], "unknown key 'hp.hidden.lr_mul' in 'hp.hidden' (did you mean 'lr_mult'?)"),
+    ("a role the model has not", ["hp.attention.lr_mult=2"], "hp.attention.lr_mult: model=mlp has no role attention"),
+    ("a hyperparameter the optimizer has not", ["optim=sgd", "hp.hidden.eps_mult=2"], "hp.hidden.eps_mult: optim=sgd has no eps"),
+    ("a per-run beta2 under SGD", ["optim=sgd", "grid.hp.hidden.beta2=[0.9,0.99]"],
+     "grid.hp.hidden.beta2: optim=sgd has no beta2 (it is not Adam-like); valid names here: lr_mult, init_mult, wd_mult"),
+    ("a beta of Muon's hidden matrices", ["optim=muon", "hp.hidden.beta1=0.8"],
+     "hp.hidden.beta1: optim=muon orthogonalises the hidden matrices (momentum, no Adam beta1)"),
+    ("a per-run beta the SDE rule breaks", ["param.sde_rule=sde", "train.steps=100", "grid.hp.readout.beta2=[0.9,0.3]"],
+     "kappa = 3 (base: 300 steps of batch 64) pushes beta2=0.3 to -1.1"),
+    ("a negative LR multiplier", ["hp.readout.lr_mult=-1"], "hp.readout.lr_mult=-1.0 must be >= 0"),
+    ("an empty search range", ["search.hp.hidden.lr_mult=[4,0.25]"], "search.hp.hidden.lr_mult=[4.0, 0.25] is an empty range"),
+    ("a log range from 0", ["search.lr=[0,0.01]"], "search.lr=[0.0, 0.01]: learning rates are searched log-uniformly"),
     pytest.param("CUDA asked for, none present", ["engine.device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA"), id="no CUDA"),
 ]
@@ -346,7 +359,7 @@ NEW_KEYS = [
      "grid.optim.weight_decay: an adaptive sweep refines the LR alone"),
     ("grid key of no group", ["+grid.foo=[1]"], "unknown key 'grid.foo'; valid: grid.optim.beta1, grid.optim.beta2, "
      "grid.optim.eps, grid.optim.weight_decay, grid.param.act_mult, grid.param.attn_mult, grid.param.loss_mult, "
-     "grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult"),
+     "grid.param.output_mult, grid.param.residual_attn_ratio, grid.param.residual_mult, grid.hp.<role>.<name>"),
     ("nested grid list", ["grid.optim.weight_decay=[[1]]"], "grid.optim.weight_decay=[[1]]: every value must be a number, got [1]"),
 ]
 
@@ -677,7 +690,7 @@ def test_a_record_whose_width_is_not_a_number(cli, two_widths, tmp_path, command
 USAGE = [
     ("unknown command", ["sumary", "{dir}"],
      "error: unknown command 'sumary'; did you mean summary? valid: sweep, summary, plot, report, predict, export, "
-     "list, coord-check, inspect, import (lrtransfer -h)"),
+     "list, coord-check, inspect, import, tune (lrtransfer -h)"),
     ("unknown option", ["plot", "{dir}", "--metrc", "eval_loss"],
      "error: unknown option --metrc for lrtransfer plot; did you mean --metric? valid: --all-versions, --curves-lr, "
      "--metric, --out, -h/--help (lrtransfer plot -h)"),
@@ -685,7 +698,7 @@ USAGE = [
      "error: unknown option --axis for lrtransfer summary; valid: --all-versions, --json, --metric, -h/--help "
      "(lrtransfer summary -h)"),
     ("unknown option beside overrides", ["inspect", "width=8", "--out", "x"],
-     "error: unknown option --out for lrtransfer inspect; valid: --json, -h/--help (lrtransfer inspect -h)"),
+     "error: unknown option --out for lrtransfer inspect; valid: --json, --log2-lr, -h/--help (lrtransfer inspect -h)"),
     ("mistyped option beside overrides", ["coord-check", "width=8,16", "--step=2"],
      "error: unknown option --step for lrtransfer coord-check; did you mean --steps? valid: --log2-lr, --out, --seeds, "
      "--steps, -h/--help (lrtransfer coord-check -h)"),

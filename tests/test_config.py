@@ -115,8 +115,12 @@ def test_the_grid_schema_travels_by_name_and_keeps_its_fields():
     root = grid_schema()
     assert pickle.loads(pickle.dumps(root)) is root
     cloudpickle.loads(cloudpickle.dumps(root()))
-    assert [f.name for f in dataclasses.fields(root)] == ["param", "optim"]
+    assert [f.name for f in dataclasses.fields(root)] == ["param", "optim", "hp"]
     assert typed("grid.optim.weight_decay=[0,0.1]").grid.optim.weight_decay == [0.0, 0.1]
+    cfg = typed("hp.hidden.lr_mult=2", "grid.hp.readout.init_mult=[1,2]")  # nested run-time classes: by name too
+    again = cloudpickle.loads(cloudpickle.dumps(cfg))
+    assert again.hp.hidden.lr_mult == 2.0 and again.grid.hp.readout.init_mult == [1.0, 2.0]
+    assert type(pickle.loads(pickle.dumps(cfg.hp.hidden))) is type(cfg.hp.hidden)
 
 
 def test_keys_added_to_an_option_keep_the_ids_of_jobs_run_before_them():

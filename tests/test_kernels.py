@@ -124,3 +124,31 @@ def test_per_tensor_and_per_run_betas_and_epsilon(monkeypatch, fused):
             torch.testing.assert_close(out[i][k], want, rtol=1e-12, atol=1e-12)
     other = plain_with([g[1][0] for g in grads_seq], 0.8, 0.95, 1e-3)  # run 1's beta1 in run 0
     assert not torch.allclose(out[1][0], other)
+
+
+def test_the_along_update_is_the_direction_path_with_its_rate_and_decay():
+    """`adam_update_along_` (each run its own settings, the rate folded into the denominator) against
+    directions, then w <- (1 - decay) w - rate d; a run at rate 0 (frozen) keeps its weights exactly."""
+    gen = torch.Generator().manual_seed(3)
+    K, shapes = 3, [(3, 4, 5), (3, 5)]
+    b1 = [(0.5, 0.8, 0.95), 0.9]
+    b2 = [0.99, (0.9, 0.99, 0.999)]
+    eps = [1e-3, (1e-1, 1e-2, 1e-3)]
+    rates = [torch.tensor([1e-2, 0.0, 3e-3], dtype=torch.float64), torch.tensor([2e-2, 0.0, 1e-3], dtype=torch.float64)]
+    decays = [torch.tensor([1e-3, 0.0, 2e-2], dtype=torch.float64)] * 2
+    w0 = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    grads_seq = [[torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes] for _ in range(3)]
+    w, want = [x.clone() for x in w0], [x.clone() for x in w0]
+    state = [[torch.zeros(s, dtype=torch.float64) for s in shapes] for _ in range(4)]
+    out = [torch.empty(s, dtype=torch.float64) for s in shapes]
+    for t, grads in enumerate(grads_seq, 1):
+        step = torch.tensor(float(t))
+        kernels.adam_update_along_(w, grads, state[0], state[1], step, b1, b2, eps, rates, decays, [None, None])
+        kernels.adam_directions_(out, grads, state[2], state[3], step, b1, b2, eps)
+        for x, d, r, dec in zip(want, out, rates, decays):
+            view = [-1] + [1] * (x.dim() - 1)
+            x.mul_(1 - dec.view(view)).sub_(d * r.view(view))
+    for a, b, a0 in zip(w, want, w0):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
+        assert torch.equal(a[1], a0[1])  # the frozen run
+        assert not torch.equal(a[0], a0[0])

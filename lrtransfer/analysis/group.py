@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from lrtransfer.analysis.grouping import partition, scale_value
-from lrtransfer.analysis.joint import Joint, best_values
+from lrtransfer.analysis.joint import Joint, best_values, joint_dict
 from lrtransfer.analysis.joint import warnings_of as joint_warnings
-from lrtransfer.analysis.records import Scan, maximizes
+from lrtransfer.analysis.records import Scan, maximizes, plain
 from lrtransfer.analysis.resampling import replicates, seed_tables
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
@@ -114,7 +114,7 @@ def scanned_groups(found: Scan, metric: str = "train_loss", all_versions: bool =
     """The groups of a scanned folder (`records.scan`), each told how many records of its study
     were skipped, with a warning that says so first: a verdict never reads as a whole study's
     when part of it could not be read."""
-    out = groups(found.runs, metric, all_versions=all_versions)
+    out = groups(found.runs, metric, all_versions=all_versions) if not found.runs.empty else []  # searches alone: none
     for g in out:
         g.skipped_records, g.skipped_runs = found.skipped_in(str(g.fixed.get("study")))
         failed = [f for f in found.failed if f["study"] == str(g.fixed.get("study"))]
@@ -301,3 +301,15 @@ def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:
     if len(scales) < 2:
         warn.append(f"only one {axis} ({scales[0]}): no drift without a second scale")
     return warn
+
+
+_NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures, not for the document
+
+
+def group_dict(g: Group) -> dict:
+    """A group's numbers as JSON-ready values, in the field order of `Group`; `joint` only
+    for a group with a second inner axis (its LR fields are then at each scale's best value)."""
+    out = {k: plain(getattr(g, k)) for k in g.__dataclass_fields__ if k not in (*_NOT_JSON, "joint")}
+    if g.joint is not None:
+        out["joint"] = joint_dict(g.joint)
+    return out

@@ -51,6 +51,8 @@ RUN_COLUMNS = (
     "grid_value",  # the run's own value of the job's `grid.<key>` (named by the config column `grid_key`)
 )
 HISTORY_COLUMNS = ("history_step", "history_loss")
+# What a job whose runs are rows (`points`) keeps of them as its config's columns: the rest are its runs
+POINTS_KEPT = ("points.kind", "points.round", "points.keys", "points.centre", "points.reference")
 # Per-job columns that are no config: the job, when it started (ISO time, UTC) and its number in its
 # sweep (Hydra's job number; readers list groups in that order).
 JOB_COLUMNS = ("job_id", "created", "sweep_index")
@@ -98,6 +100,9 @@ class Scan:
     failed: list[dict]  # failed jobs: study, job_id, path, error
     skipped: list[Skipped]  # unreadable or malformed record files, with the reason
     set_aside: list[str] = field(default_factory=list)  # further copies of a job already read (a copied study folder)
+    # the runs of jobs whose runs are rows (`points`: searches and transfer checks), which the LR
+    # curves' analysis does not read (`analysis/tuning.py`, `analysis/transfer.py` do)
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def skipped_in(self, study: str) -> tuple[int, int]:
         """(records, runs) of `study` that were skipped: its verdicts leave them out."""
@@ -134,7 +139,9 @@ def scan(root: str | Path) -> Scan:
                 skipped.append(Skipped(str(path), study, len(rec["runs"]), f"malformed record ({e.__class__.__name__}: {e})"))
     for message in [*map(str, skipped), *set_aside]:
         warnings.warn(message, SkippedRecordWarning, stacklevel=2)
-    return Scan(_frame(rows), failed, sorted(skipped, key=lambda x: x.path), set_aside)
+    points = [r for r in rows if r.get("points.kind") is not None]
+    plain = [r for r in rows if r.get("points.kind") is None]
+    return Scan(_frame(plain), failed, sorted(skipped, key=lambda x: x.path), set_aside, _frame(points))
 
 
 Found = tuple[Path, Any, "str | None"]  # a record file, what was read of it, why it cannot be used (None: it can)
@@ -232,6 +239,15 @@ def _rows(rec: dict) -> list[dict]:
     found = inner_grid(rec["config"])
     if found is not None:
         flat["grid_key"], flat[found[0]] = found[0], math.nan
+    # A job whose runs are rows (`points`: a search's round, a transfer check's scans): each run's own
+    # values are its config's (the key's column holds the run's value); the rows themselves are the runs
+    rows = rec["config"].get("points")
+    rows = rows if isinstance(rows, dict) and rows.get("log2_lr") else None
+    keys = list(rows["keys"]) if rows else []
+    for k in [k for k in flat if k.startswith("points.") and not (rows and k in POINTS_KEPT)]:
+        del flat[k]
+    if rows:
+        flat["job_wall_time_s"] = rec.get("wall_time_s")
     for k, v in (rec.get("inputs") or {}).items():
         flat[INPUTS + k] = v
         if flat.get(k) == v:  # model.source: its value is the input, no key that tells groups apart
@@ -244,6 +260,7 @@ def _rows(rec: dict) -> list[dict]:
     out = []
     for run in rec["runs"]:
         extra = {} if found is None else {"grid_value": float(run["grid"][found[0]])}
+        extra.update({k: float(run["grid"][k]) for k in keys})
         out.append(
             {
                 **flat,
@@ -280,7 +297,7 @@ def source_words(source: dict) -> str:
 def scan_runs(root: str | Path) -> Scan:
     """`scan`, refusing a folder without one finished run to analyse."""
     found = scan(root)
-    if found.runs.empty:
+    if found.runs.empty and found.points.empty:
         raise NoRecordsError(f"no finished records under '{root}'; run `lrtransfer sweep` first")
     return found
 

@@ -9,24 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from lrtransfer.analysis.group import Group, scanned_groups
+from lrtransfer.analysis.group import Group, group_dict, scanned_groups
 from lrtransfer.analysis.grouping import partition, scale_value, telling_keys
-from lrtransfer.analysis.joint import joint_dict
 from lrtransfer.analysis.records import Scan, plain, scan_runs
 from lrtransfer.analysis.statistics import CONFIDENCE
 from lrtransfer.analysis.verdicts import TOLERANCE
-
-_NOT_JSON = ("curves", "fit", "runs")  # frames and the fitted band: for figures, not for the document
-
-
-def group_dict(g: Group) -> dict:
-    """A group's numbers as JSON-ready values, in the field order of `Group`; `joint` only
-    for a group with a second inner axis (its LR fields are then at each scale's best value)."""
-    out = {k: plain(getattr(g, k)) for k in g.__dataclass_fields__ if k not in (*_NOT_JSON, "joint")}
-    if g.joint is not None:
-        out["joint"] = joint_dict(g.joint)
-    return out
-
 
 def incomplete_words(records: int, runs: int) -> str:
     """What follows the verdict of a study some of whose records were skipped ('' when none were)."""
@@ -48,10 +35,18 @@ def skipped_lines(skipped: list[dict], aside: list[str]) -> list[str]:
 
 def summary_doc(gs: list[Group], metric: str, found: Scan | None = None) -> dict:
     """`skipped`: each record left out (path, study, runs, why); `set_aside`: each further copy of
-    a job already read."""
-    return {"metric": metric, "tolerance": TOLERANCE, "confidence": CONFIDENCE, "groups": [group_dict(g) for g in gs],
-            "skipped": [] if found is None else [vars(s) for s in found.skipped],
-            "set_aside": [] if found is None else found.set_aside}
+    a job already read; `searches` and `transfer_checks`, where the folder holds them (`lrtransfer
+    tune`, `sweep --transfer-from`)."""
+    from lrtransfer.analysis.transfer import checks
+    from lrtransfer.analysis.tuning import searches
+
+    doc = {"metric": metric, "tolerance": TOLERANCE, "confidence": CONFIDENCE, "groups": [group_dict(g) for g in gs],
+           "skipped": [] if found is None else [vars(s) for s in found.skipped],
+           "set_aside": [] if found is None else found.set_aside}
+    if found is not None and not found.points.empty:
+        doc["searches"] = [plain(s.dict()) for s in searches(found.points)]
+        doc["transfer_checks"] = [plain(c.dict()) for c in checks(found.points, metric)]
+    return doc
 
 
 def summarize(root: str | Path, metric: str = "train_loss", all_versions: bool = False) -> dict:

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from lrtransfer.cli import checking, importing, reading, show, sweeping, usage
+from lrtransfer.cli import checking, importing, reading, show, sweeping, tuning, usage
 from lrtransfer.cli.completion import use_override_aware_bash_script
 
 app = typer.Typer(
@@ -63,6 +63,7 @@ app.command("coord-check", context_settings={"ignore_unknown_options": True, "al
     checking.coord_check)
 app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(checking.inspect)
 app.command("import")(importing.import_table)
+app.command("tune", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(tuning.tune)
 
 
 def main() -> None:

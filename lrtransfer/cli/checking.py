@@ -55,14 +55,17 @@ def inspect(
         show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {config, tensors} (a list of them for several configs)."),
+    log2_lr: Optional[float] = typer.Option(
+        None, "--log2-lr", help="A run's log2 LR: each tensor's effective LR (and decay, under decay_scaling=lr) at it."),
 ) -> None:
-    """Each trained tensor's role, init mean and std (seed 0), forward and LR multipliers, and under param=modular its target norm."""
+    """Each trained tensor's role, init mean and std (seed 0), forward and LR multipliers, and under param=modular its target
+    norm; with hp.* set or --log2-lr, each tensor's hyperparameter role and effective LR, epsilon and decay per step."""
     from lrtransfer.diagnostics import inspect as inspection
     from lrtransfer.diagnostics.compose import compose
 
     usage.refuse_flags(ctx, overrides or [])
     cfgs = compose(list(overrides or []), default_widths=None, min_widths=1, command="inspect", scales=True)
-    docs = [inspection.inspect(cfg) for cfg in cfgs]
+    docs = [inspection.inspect(cfg, log2_lr) for cfg in cfgs]
     if as_json:
         typer.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
         return

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from lrtransfer.cli import show
+from lrtransfer.cli import show, tuning
 from lrtransfer.cli.outputs import out_path, writable
 
 
@@ -70,10 +70,12 @@ def plot(
     analysis.check_metric(metric)
     out = writable(out, folder=True) if out is not None else None
     with show.warnings_to_stderr():
-        groups = analysis.scanned_groups(analysis.scan_runs(directory), metric, all_versions)
+        found = analysis.scan_runs(directory)
+        groups = analysis.scanned_groups(found, metric, all_versions)
     show.group_warnings(groups)
     _check_curves_lr(curves_lr, groups)
     paths = plots.save_figures(groups, out or Path(directory) / "figures", metric, curves_lr)
+    paths += tuning.figures_of(found, out or Path(directory) / "figures", metric)
     for p in paths:
         typer.echo(f"wrote {p} (+ .pdf)")
     for study in plots.without_curves(groups):
@@ -159,7 +161,9 @@ def export(
     fmt = resolve_format(fmt, out)
     path = writable(out, folder=False) if out is not None else Path(directory) / f"runs.{fmt}"
     with show.warnings_to_stderr():
-        table = analysis.export_frame(analysis.versioned(analysis.load_runs(directory), all_versions))
+        found = analysis.scan_runs(directory)  # the LR curves' runs, and a search's or a check's rows
+        runs = analysis.versioned(found.runs, all_versions) if not found.runs.empty else found.runs
+        table = analysis.export_frame(runs if found.points.empty else tuning.with_points(found, runs))
     write_table(table, path, fmt)
     typer.echo(f"wrote {path} ({len(table)} runs, {len(table.columns)} columns)")
 

@@ -154,6 +154,12 @@ def summary(doc: dict) -> None:
         for w in g["warnings"]:
             console.print(f"  [yellow]warning:[/] {w}")
         console.print()
+    for s in doc.get("searches", []):
+        search(s)
+        console.print()
+    for c in doc.get("transfer_checks", []):
+        check(c)
+        console.print()
     for line in skipped_lines(doc["skipped"], doc["set_aside"]):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -279,3 +285,63 @@ def adaptive_outcome(outcome) -> None:
         console.print(f"  {g.label}: {ended_words(g)}", markup=False)
     for line in outcome.lines:
         console.print(f"  [yellow]{line}[/]")
+
+
+def _ci(e: dict | None, spec: str = ".4f") -> str:
+    if not e or e.get("mean") is None:
+        return "-"
+    ci = e.get("ci")
+    return f"{e['mean']:{spec}}" + ("" if ci is None else f" [{ci[0]:{spec}}, {ci[1]:{spec}}]")
+
+
+def search(doc: dict) -> None:
+    """A search's result (`analysis.tuning.Search.dict`)."""
+    from rich.table import Table
+
+    console = wide_console()
+    table = Table(title=f"study={doc['study']}: the search's best point, against the LR-only setting", title_justify="left")
+    for col in ("key", "tuned", "LR-only (its own)"):
+        table.add_column(col, justify="right")
+    best, own = doc["best"], doc.get("defaults") or {}
+    table.add_row("log2 LR", f"{best.get('log2_lr', float('nan')):+.3f}",
+                  "-" if doc["baseline_log2_lr"] is None else f"{doc['baseline_log2_lr']:+.3f}")
+    for k in doc["keys"]:
+        table.add_row(k, f"{best[k]:.4g}", "-" if k not in own else f"{own[k]:.4g}")
+    console.print(table)
+    steps, wall = doc["run_steps"], doc["wall_time_s"]
+    console.print(f"budget: search {steps.get('search', 0):,} run-steps ({wall.get('search', 0):.0f} s), LR-only baseline "
+                  f"{steps.get('baseline', 0):,} ({wall.get('baseline', 0):.0f} s), confirming {steps.get('confirm', 0):,} "
+                  f"({wall.get('confirm', 0):.0f} s); {len(doc['rounds'])} round(s)")
+    n = (doc.get("tuned") or {}).get("n", 0)
+    console.print(f"{doc['metric']} at {n} fresh seed(s), 95% interval: tuned [bold]{_ci(doc.get('tuned'))}[/], "
+                  f"LR-only {_ci(doc.get('global_lr'))}; gain (LR-only minus tuned, paired by seed): "
+                  f"[bold]{_ci(doc.get('gain'), '+.4f')}[/]")
+
+
+def check(doc: dict) -> None:
+    """A transfer check's result (`analysis.transfer.Check.dict`)."""
+    from rich.table import Table
+
+    console = wide_console()
+    axis = doc["axis"]
+    table = Table(title=f"study={doc['study']}: each tuned key scanned by 2^f around its tuned value along {axis} "
+                  f"({', '.join(map(str, doc['scales']))})", title_justify="left")
+    for col in ("key", f"best log2 factor per {axis}", "drift per doubling [95%]", "verdict",
+                f"cost of not retuning at {axis}={doc['scales'][-1]}"):
+        table.add_column(col, justify="right")
+    for k, r in doc["keys"].items():
+        bests = ", ".join("-" if b is None else f"{b:+.2f}" + ("" if w == "interior" else " (edge)")
+                          for b, w in zip(r["best_log2_factor"], r["where"]))
+        ci = r["drift_ci"]
+        drift = "-" if r["drift"] is None else f"{r['drift']:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        cost, se = r["cost_of_not_retuning"][-1], r["cost_se"][-1]
+        table.add_row(k, bests, drift, r["verdict"], "-" if cost is None else f"{cost:.4f}" + ("" if se is None else f" ± {se:.4f}"))
+    console.print(table)
+    h = doc.get("headline") or {}
+    if h:
+        parts = [f"tuned {_ci(h['tuned'])}"]
+        for name in ("transferred", "retuned"):
+            if name in h:
+                parts.append(f"LR-only with its LR {name} (log2 {h[name]['log2_lr']:+.2f}): {_ci(h[name]['loss'])}, "
+                             f"gain {_ci(h[name]['gain'], '+.4f')}")
+        console.print(f"at {axis}={h['scale']}: " + "; ".join(parts))

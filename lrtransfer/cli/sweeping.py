@@ -3,6 +3,7 @@ at module level, like `app.py`: the sweep's machinery loads when the command run
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -35,6 +36,10 @@ def sweep(
         None, "--budget", help="With --until-decided: at most this many run-steps (20000; a run-step is one "
         "training step of one LR run), or this long (90m, 2h, 600s)."
     ),
+    transfer_from: Optional[Path] = typer.Option(
+        None, "--transfer-from", metavar="TUNED", help="A study of `lrtransfer tune`: at each job's scale (and the tuned "
+        "one) scan each tuned key and the LR by 2^-2..2^2 around the tuned point, one ensemble per scale."
+    ),
 ) -> None:
     """Train every job of a sweep (each job: one config at every LR of its grid) and summarise it."""
     from lrtransfer.sweeps.outcome import until_decided_overrides
@@ -44,6 +49,11 @@ def sweep(
     argv = list(overrides or [])
     _check_flags(argv)
     argv += until_decided_overrides(until_decided, budget)
+    if transfer_from is not None:  # by default the check is a study beside the tuned one: TUNED_check
+        tuned = transfer_from.resolve()
+        given = {a.split("=", 1)[0].lstrip("+") for a in argv}
+        argv += [f"search.transfer_from='{tuned}'"] + [f"{k}={v}" for k, v in (("results_dir", f"'{tuned.parent}'"),
+                                                                              ("name", f"{tuned.name}_check")) if k not in given]
     if "-h" in argv:  # Hydra's own app help would list internal groups
         from lrtransfer.cli.catalog import help_text
 
@@ -106,5 +116,5 @@ def _check_flags(argv: list[str]) -> None:
         flag = arg.split("=", 1)[0]
         if arg.startswith("-") and flag not in HYDRA_FLAGS:
             raise UserError(f"unknown option {flag} for sweep; valid: --plan, --rerun, --until-decided, --budget, "
-                            "--cfg job [--resolve], --info, --config-dir DIR, -h (lrtransfer sweep -h)")
+                            "--cfg job [--resolve], --info, --config-dir DIR, --transfer-from TUNED, -h (lrtransfer sweep -h)")
         i += 2 if HYDRA_FLAGS.get(arg) else 1  # a flag's value (--config-dir DIR) is no option

@@ -26,11 +26,15 @@ from lrtransfer.config.keys import (
     register,
     run_steps,
     runs_per_job,
+    has_points,
+    search_ranges,
+    tuned_keys,
+    varied_keys,
 )
 from lrtransfer.config.validate import MAX_DEPTH, MAX_RUNS_PER_JOB, validate
 from lrtransfer.options.schema import ConfigError
 
 __all__ = ["Config", "ConfigError", "DType", "Engine", "LRGrid", "RUN_SETTINGS", "Schedule", "Train", "activation_of",
            "default_grid", "flatten", "grid_schema", "inner_grid", "inputs", "model_activation", "per_run_keys", "register",
-           "run_steps", "runs_per_job",
+           "run_steps", "runs_per_job", "has_points", "search_ranges", "tuned_keys", "varied_keys",
            "recorded", "semantic", "validate", "MAX_DEPTH", "MAX_RUNS_PER_JOB"]

@@ -11,8 +11,8 @@ from dataclasses import fields
 from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer import options
-from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten
-from lrtransfer.options import GROUPS
+from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten, has_points
+from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.contents import fingerprint
 from lrtransfer.options.trainer import ENGINE_GROUPS
 
@@ -83,9 +83,9 @@ def recorded(cfg: dict) -> dict:
     data), which compute nothing there and would name its groups after a model it never trained."""
     trainer = cfg.get("trainer")
     if not isinstance(trainer, dict):
-        return cfg
+        return _hp_where_set(cfg)
     dropped = ("trainer",) if trainer.get("name") == "engine" else ENGINE_GROUPS
-    return {k: v for k, v in cfg.items() if k not in dropped}
+    return _hp_where_set({k: v for k, v in cfg.items() if k not in dropped})
 
 
 def semantic(cfg: DictConfig | dict) -> dict:
@@ -117,6 +117,11 @@ def semantic(cfg: DictConfig | dict) -> dict:
     grid = {k: v for k, v in flatten(out.pop("grid", None)).items() if v is not None}
     if grid:  # no grid (the default): the same identity as before grids existed
         out["grid"] = grid
+    tuned = hp.set_values(out.pop("hp", None) or {})
+    if tuned:  # hp.* unset (the default): the same identity as before the keys existed
+        out["hp"] = tuned
+    if not has_points(out):  # no rows (the default): the same identity as before the key existed
+        out.pop("points", None)
     for group in GROUPS:
         node = out.get(group)
         schema = options.of(group).get(node.get("name")) if isinstance(node, dict) else None
@@ -141,3 +146,20 @@ def semantic(cfg: DictConfig | dict) -> dict:
             out["param"] = {**param, "revision": revision}
     return out
 
+
+def _hp_where_set(config: dict) -> dict:
+    """A resolved config as a record keeps it: the keys added for per-module hyperparameters (`hp`,
+    `grid.hp`, `points`, `search`) only where set (`search`: in a search's or a transfer check's
+    jobs), so that a job without them writes the record it wrote before they existed."""
+    out = dict(config)
+    if not hp.set_values(out.get("hp") or {}):
+        out.pop("hp", None)
+    grid = out.get("grid")
+    if isinstance(grid, dict) and "hp" in grid and not any(v is not None for v in flatten(grid["hp"]).values()):
+        out["grid"] = {k: v for k, v in grid.items() if k != "hp"}
+    if not has_points(out):
+        out.pop("points", None)
+    search = out.get("search")
+    if isinstance(search, dict) and not (search.get("enabled") or search.get("transfer_from")):
+        out.pop("search")  # read only by a search or a transfer check
+    return out

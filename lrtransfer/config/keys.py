@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import Field, dataclass, field, fields, make_dataclass
 from enum import Enum
 from typing import Any, List, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from lrtransfer import options
-from lrtransfer.options import GROUPS
+from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import ConfigError, Grid
 
 # The config's sections that say how a job runs (`engine`), where its results also go
-# (`tracker`) and how a sweep chooses its jobs (`adaptive`): they change nothing a job
+# (`tracker`) and how a sweep chooses its jobs (`adaptive`, `search`): they change nothing a job
 # computes, so they are no part of a job's identity (`identity.semantic`) and the
 # analysis never groups runs by them.
-RUN_SETTINGS = ("engine", "tracker", "adaptive")
+RUN_SETTINGS = ("engine", "tracker", "adaptive", "search")
 
 
 # ---------------------------------------------------------------- choices
@@ -160,6 +160,24 @@ class Adaptive:
     metric: Metric = Metric.train_loss  # what the verdict is about
 
 
+@dataclass
+class Points:
+    """A job's runs as rows (`Config.points`): row i trains at log2 LR `log2_lr[i]` with
+    `values[i][j]` for `keys[j]`; `kind` says what made them and `round` when, for the readers: a
+    search's round (search; baseline: its LR-only twin), the best of each trained at fresh seeds
+    (confirm), a transfer check's scans (scan)."""
+
+    keys: List[str] = field(default_factory=list)
+    log2_lr: List[float] = field(default_factory=list)
+    values: List[List[float]] = field(default_factory=list)
+    kind: str = "search"
+    round: int = 0
+    # scan: the point the scans are around (its log2 LR, then its values of `keys`), and the LR-only
+    # setting's (its log2 LR, then the job's own values): what the readers measure from
+    centre: List[float] = field(default_factory=list)
+    reference: List[float] = field(default_factory=list)
+
+
 # ---------------------------------------------------------------- the whole
 @dataclass
 class Config:
@@ -178,11 +196,22 @@ class Config:
     # every LR of the grid at each value, in the same job (see `inner_grid`). Typed by
     # `grid_schema` when registered: one list per key an option declares PER_RUN.
     grid: Any = field(default_factory=dict)
+    # Per-module hyperparameters, `hp.<role>.<name>` (`options/hp.py`): each role's LR, init, Adam
+    # betas and epsilon, and weight decay multipliers, null (unset) by default. Typed by `hp.schema`.
+    hp: Any = field(default_factory=dict)
+    # The runs of the job, one by one, where a grid cannot say them (a search's round, a scan around a
+    # tuned vector): each row a log2 LR and its values of `keys` (per-run keys), trained at every
+    # seed; no rows (the default): the LR grid (and `grid`) says the runs.
+    points: Points = field(default_factory=Points)
     train: Train = field(default_factory=Train)
     engine: Engine = field(default_factory=Engine)
     tracker: Any = MISSING  # where results also go (lrtransfer/options/tracker/): no part of a job's identity
     trainer: Any = MISSING  # what trains the runs (lrtransfer/options/trainer/): the engine, or the user's command
     adaptive: Adaptive = field(default_factory=Adaptive)  # sweep in rounds until decided: no part of a job's identity
+    # A search at the base scale (`lrtransfer tune`: `search.<key>=[lo,hi]`, its policy and budget) and the
+    # check of its result at larger scales (`sweep --transfer-from`): no part of a job's identity.
+    # Typed by `search_schema` when registered.
+    search: Any = field(default_factory=dict)
 
 
 @cache
@@ -197,7 +226,44 @@ def grid_schema() -> type:
         if keys:
             node = _importable(make_dataclass(f"{group.title()}Grid", [(k, Optional[List[float]], None) for k in keys]))
             nodes.append((group, node, field(default_factory=node)))
+    grid_hp = hp_schema(of_lists=True)  # grid.hp.<role>.<name>: every per-module hyperparameter may vary per run
+    nodes.append(("hp", grid_hp, field(default_factory=grid_hp)))
     return _importable(make_dataclass("InnerGrid", nodes))
+
+
+SEARCH_POLICIES = ("random", "trust_region")
+
+
+@cache
+def search_schema() -> type:
+    """The `search` node's dataclass: how `lrtransfer tune` searches, and a range [lo, hi] for each
+    key it searches (`search.lr`, the global LR; `search.<key>`, any key `grid.<key>` may vary)."""
+    settings = [
+        ("enabled", bool, False),  # set by `lrtransfer tune`: the sweep is a search in rounds (`sweeps/tuning.py`)
+        ("transfer_from", Optional[str], None),  # set by `sweep --transfer-from DIR`: scans around DIR's tuned vector
+        ("policy", str, "trust_region"),  # random | trust_region (`sweeps/search.py`)
+        ("round_size", int, 32),  # points each round trains (one ensemble)
+        ("metric", str, "train_loss"),  # what a point is judged by: train_loss | eval_loss
+        ("seeds", int, 3),  # fresh seeds the best point and the LR-only baseline's best are trained at, for intervals
+        ("budget", Optional[int], None),  # run-steps the search may spend (its LR-only baseline spends as much); null: 4 rounds
+        ("budget_s", Optional[float], None),  # wall-clock seconds the search may spend
+        ("radius", float, 0.5),  # the trust region's first half-side, in unit coordinates of the box
+        ("shrink", float, 0.5),  # the region's factor after a round without a better point
+        ("scan", List[float], field(default_factory=lambda: [-2.0, -1.0, 0.0, 1.0, 2.0])),  # log2 factors the check scans
+        ("lr", Optional[List[float]], None),  # the global LR's range (default: 2^lr.log2_min .. 2^lr.log2_max)
+    ]
+    ranges = [(f.name, f.type, field(default_factory=f.type)) for f in fields(grid_schema())]
+    own = [(n, t, d if isinstance(d, Field) else field(default=d)) for n, t, d in settings]
+    return _importable(make_dataclass("Search", own + ranges))
+
+
+@cache
+def hp_schema(of_lists: bool = False) -> type:
+    """The `hp` node's dataclass (`options/hp.schema`), its classes importable by name from here."""
+    root = hp.schema(of_lists)
+    for cls in (root, *(f.type for f in fields(root))):
+        _importable(cls)
+    return root
 
 
 def _importable(cls: type) -> type:
@@ -217,6 +283,13 @@ def __getattr__(name: str):
         found = {root.__name__: root, **{f.type.__name__: f.type for f in fields(root) if isinstance(f.type, type)}}
         if name in found:
             return found[name]
+    if name == "Search":
+        return search_schema()
+    if name.startswith("Hp"):
+        hp_schema(), hp_schema(of_lists=True)
+        found = hp.classes()
+        if name in found:
+            return found[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -227,6 +300,8 @@ def register() -> None:
     cs = ConfigStore.instance()
     root = OmegaConf.structured(Config)
     root.grid = OmegaConf.structured(grid_schema())
+    root.hp = OmegaConf.structured(hp_schema())
+    root.search = OmegaConf.structured(search_schema())
     cs.store(name="lrtransfer_schema", node=root)
     for group in GROUPS:
         for name, node in options.of(group).items():
@@ -253,6 +328,13 @@ def inner_grid(cfg: Config | dict) -> tuple[str, list[float]] | None:
     return found[0]
 
 
+def search_ranges(cfg: Config | dict) -> dict[str, list]:
+    """{"lr": [lo, hi], "hp.hidden.lr_mult": [lo, hi], ...}: the ranges a search is given (not null)."""
+    node = cfg.get("search") if isinstance(cfg, dict) else cfg.search
+    settings = {f.name for f in fields(search_schema())} - {f.name for f in fields(grid_schema())} - {"lr"}
+    return {k: v for k, v in flatten(node).items() if v is not None and k.split(".")[0] not in settings}
+
+
 def flatten(node, prefix: str = "") -> dict:
     """A nested node (a dataclass, a mapping, a DictConfig) as {"group.key": value}: a grid node's
     keys, or a whole config's as trackers show them."""
@@ -271,16 +353,50 @@ def flatten(node, prefix: str = "") -> dict:
 
 
 def per_run_keys(cfg: Config) -> list[str]:
-    """The keys of this job whose value may differ between its runs (`grid.<key>`)."""
-    return [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
+    """The keys of this job whose value may differ between its runs (`grid.<key>`, `points.keys`):
+    those its options declare (`PER_RUN`), and every per-module hyperparameter it can apply."""
+    own = [f"{g}.{k}" for g in GROUPS for k in getattr(getattr(cfg, g), "PER_RUN", ())]
+    return own + [k for k in hp.ALL_KEYS if applies(k, cfg)]
+
+
+def applies(key: str, cfg: Config) -> bool:
+    """Whether the per-module hyperparameter `key` means something for this job (`hp.check_applies`)."""
+    try:
+        hp.check_applies(key, cfg.optim, cfg.model)
+    except ConfigError:
+        return False
+    return True
+
+
+def has_points(cfg: Config | dict) -> bool:
+    """Whether a job's runs are rows (`points`, a typed config's or a record's), not an LR grid."""
+    p = cfg.get("points") if isinstance(cfg, dict) else cfg.points
+    rows = p.get("log2_lr") if isinstance(p, dict) else getattr(p, "log2_lr", None)
+    return bool(rows)
+
+
+def varied_keys(cfg: Config) -> list[str]:
+    """The per-run keys whose values this job's runs carry: its `grid.<key>`, its `points.keys`."""
+    if has_points(cfg):
+        return list(cfg.points.keys)
+    found = inner_grid(cfg)
+    return [] if found is None else [found[0]]
+
+
+def tuned_keys(cfg: Config) -> list[str]:
+    """The per-module hyperparameters this job sets, for all its runs (`hp.*`) or run by run."""
+    return list(dict.fromkeys([*hp.set_values(cfg.hp), *(k for k in varied_keys(cfg) if k.startswith("hp."))]))
 
 
 def run_steps(typed) -> int:
-    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed, each `train.steps` steps."""
+    """A job's work: one run per LR of its grid, value of its `grid.<key>` and seed (or per row of its
+    `points`), each `train.steps` steps."""
     return runs_per_job(typed) * typed.train.steps
 
 
 def runs_per_job(typed) -> int:
-    """K: LRs x values of the second inner axis (1 without one) x seeds."""
+    """K: LRs x values of the second inner axis (1 without one) x seeds, or rows x seeds."""
+    if has_points(typed):
+        return typed.n_seeds * len(typed.points.log2_lr)
     found = inner_grid(typed)
     return typed.n_seeds * len(typed.lr.values()) * (1 if found is None else len(found[1]))

@@ -14,9 +14,11 @@ from dataclasses import fields, replace
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
-from lrtransfer.config.keys import GRAPHS, Adaptive, Config, Engine, LRGrid, Train, flatten, grid_schema, inner_grid, per_run_keys
+from lrtransfer.config.keys import (GRAPHS, SEARCH_POLICIES, Adaptive, Config, Engine, LRGrid, Train, flatten,
+                                   grid_schema, has_points, inner_grid, per_run_keys, search_ranges,
+                                   search_schema)
 from lrtransfer.errors import choices
-from lrtransfer.options import GROUPS
+from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import (INPUT_KINDS, MAX_DEPTH, VECTOR, ConfigError, finite_fields, non_negative, positive,
                                       within)
 from lrtransfer.options.trainer import ENGINE_GROUPS
@@ -57,12 +59,7 @@ def _check_inner_grid(cfg: Config) -> None:
     if found is None:
         return
     key, values = found
-    valid = per_run_keys(cfg)
-    if key not in valid:
-        group, _, leaf = key.partition(".")
-        why = f"{group}={getattr(cfg, group).name} has no such key" if group in GROUPS and not hasattr(getattr(cfg, group), leaf) \
-            else "its value cannot differ between the runs of a job"
-        raise ConfigError(f"grid.{key}: {why}; keys that may vary per run here: {', '.join(valid) or 'none'}")
+    _check_per_run_key(cfg, key, f"grid.{key}")
     if not isinstance(values, list) or not values:
         raise ConfigError(f"grid.{key}={values!r} must be a non-empty list of numbers, e.g. grid.{key}=[0,1e-3,1e-2]")
     odd = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))]
@@ -73,18 +70,97 @@ def _check_inner_grid(cfg: Config) -> None:
         raise ConfigError(f"grid.{key}={values}: every value must be finite, got {bad[0]}")
     if len(set(values)) < len(values):
         raise ConfigError(f"grid.{key}={values} repeats a value; each value is trained once")
-    group, _, leaf = key.partition(".")
-    node = getattr(cfg, group)
-    for v in values:  # the option's own checks, for each value (weight_decay >= 0, output_mult > 0)
+    for v in values:
         try:
-            if hasattr(node, "check"):
-                replace(node, **{leaf: v}).check()
+            check_per_run_value(cfg, key, v)
         except ConfigError as e:
             raise ConfigError(f"grid.{key}={values}: {e}") from None
+    if has_points(cfg):
+        raise ConfigError(f"grid.{key} and points both say the runs of the job; give one")
     runs = cfg.lr.size() * len(values) * cfg.n_seeds
     if runs > MAX_RUNS_PER_JOB:
         raise ConfigError(f"grid.{key} has {len(values)} values x {cfg.lr.size()} learning rates x n_seeds={cfg.n_seeds} "
                           f"= {runs} runs in a job; at most {MAX_RUNS_PER_JOB}")
+
+
+def _check_per_run_key(cfg: Config, key: str, where: str) -> None:
+    """`key` may differ between the runs of this job (`per_run_keys`), or one line says why not."""
+    if key.startswith("hp."):
+        hp.split(key)
+        try:
+            hp.check_applies(key, cfg.optim, cfg.model)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {str(e).partition(': ')[2]}") from None
+        return
+    valid = per_run_keys(cfg)
+    if key not in valid:
+        group, _, leaf = key.partition(".")
+        why = f"{group}={getattr(cfg, group).name} has no such key" if group in GROUPS and not hasattr(getattr(cfg, group), leaf) \
+            else "its value cannot differ between the runs of a job"
+        shown = [k for k in valid if not k.startswith("hp.")] + ["hp.<role>.<name>"]
+        raise ConfigError(f"{where}: {why}; keys that may vary per run here: {', '.join(shown)}")
+
+
+def check_per_run_value(cfg: Config, key: str, value) -> None:
+    """One run's value of a per-run key: a number the option's own checks accept (weight_decay >= 0,
+    output_mult > 0), or one a per-module hyperparameter can take (`hp.check_value`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} is not a finite number")
+    if key.startswith("hp."):
+        hp.check_value(key, value)
+        return
+    group, _, leaf = key.partition(".")
+    node = getattr(cfg, group)
+    if hasattr(node, "check"):
+        replace(node, **{leaf: value}).check()
+
+
+def _check_hp(cfg: Config) -> None:
+    """Every `hp.<role>.<name>` set: a value it can take, a role and name this job can apply."""
+    for key, value in hp.set_values(cfg.hp).items():
+        hp.check_value(key, value)
+        hp.check_applies(key, cfg.optim, cfg.model)
+
+
+MAX_POINT_RUNS = 100_000  # rows x seeds of a job's `points`
+POINT_KINDS = ("search", "baseline", "confirm", "scan")
+
+
+def _check_points(cfg: Config) -> None:
+    """A job's runs as rows (`points`): per-run keys of this job, one finite value of each per row,
+    an LR within the sane range, no row twice."""
+    p = cfg.points
+    if not has_points(cfg):
+        if p.keys or p.values:
+            raise ConfigError("points has no rows: give points.log2_lr and points.values, one row per run")
+        return
+    if len(p.values) != len(p.log2_lr):
+        raise ConfigError(f"points has {len(p.log2_lr)} LRs and {len(p.values)} rows of values; give one row per LR")
+    if len(set(p.keys)) < len(p.keys):
+        raise ConfigError(f"points.keys={list(p.keys)} names a key twice")
+    for k in p.keys:
+        _check_per_run_key(cfg, k, f"points.keys: {k}")
+    for i, (e, row) in enumerate(zip(p.log2_lr, p.values)):
+        if not (isinstance(e, (int, float)) and math.isfinite(e) and abs(e) <= MAX_ABS_LOG2_LR):
+            raise ConfigError(f"points.log2_lr[{i}]={e!r} is not a log2 LR in -{MAX_ABS_LOG2_LR} .. {MAX_ABS_LOG2_LR}")
+        if len(row) != len(p.keys):
+            raise ConfigError(f"points.values[{i}] has {len(row)} values for {len(p.keys)} keys ({', '.join(p.keys)})")
+        for k, v in zip(p.keys, row):
+            try:
+                check_per_run_value(cfg, k, v)
+            except ConfigError as e:
+                raise ConfigError(f"points.values[{i}]: {e}") from None
+    for name in ("centre", "reference"):
+        point = getattr(p, name)
+        if point and (len(point) != len(p.keys) + 1 or not all(math.isfinite(x) for x in point)):
+            raise ConfigError(f"points.{name}={list(point)} must be a log2 LR and one finite value of each key")
+    if p.kind not in POINT_KINDS:
+        raise ConfigError(f"points.kind={p.kind!r}{choices(POINT_KINDS, p.kind)}")
+    rows = [(float(e), *map(float, row)) for e, row in zip(p.log2_lr, p.values)]
+    if len(set(rows)) < len(rows):
+        raise ConfigError("points repeats a row (the same LR and values); each run is trained once")
+    if len(rows) * cfg.n_seeds > MAX_POINT_RUNS:
+        raise ConfigError(f"points has {len(rows)} rows x n_seeds={cfg.n_seeds} runs; at most {MAX_POINT_RUNS:,} in a job")
 
 
 MIN_RESOLUTION = 1 / 64  # octaves: finer than this, a sweep would train LRs 1% apart
@@ -108,17 +184,69 @@ def _check_adaptive(cfg: Config) -> None:
         raise ConfigError(f"lr.resolution={res:g} is coarser than adaptive.coarse_step={a.coarse_step:g}: "
                           "round 1's grid would already be finer")
     within("adaptive.coarse_step", a.coarse_step, MAX_OCTAVES, "octaves (the widest LR grid)")
-    if a.budget is not None:
-        positive("adaptive.budget", a.budget)
-        within("adaptive.budget", a.budget, MAX_BUDGET, "run-steps")
-    if a.budget_s is not None:
-        positive("adaptive.budget_s", a.budget_s)
-        within("adaptive.budget_s", a.budget_s, MAX_BUDGET_S, "seconds (a year)")
+    _check_budget("adaptive", a)
     positive("adaptive.max_seeds", a.max_seeds)
     within("adaptive.max_seeds", a.max_seeds, MAX_SEEDS, "seeds per scale")
     if not (math.isfinite(a.extend) and a.extend >= 0):
         raise ConfigError(f"adaptive.extend must be a number of octaves >= 0, got {a.extend!r}")
     within("adaptive.extend", a.extend, MAX_OCTAVES, "octaves (the widest LR grid)")
+
+
+def _check_budget(section: str, node) -> None:
+    """A section's `budget` (run-steps) and `budget_s` (seconds): null, or positive within sane bounds."""
+    if node.budget is not None:
+        positive(f"{section}.budget", node.budget)
+        within(f"{section}.budget", node.budget, MAX_BUDGET, "run-steps")
+    if node.budget_s is not None:
+        positive(f"{section}.budget_s", node.budget_s)
+        within(f"{section}.budget_s", node.budget_s, MAX_BUDGET_S, "seconds (a year)")
+
+
+MAX_SCAN = 10  # octaves a transfer check's factor may move a tuned value
+
+
+def _check_search(cfg: Config) -> None:
+    """The search's keys (checked on every job, as the adaptive sweep's): its settings, and each
+    range a two-number [lo, hi] with lo < hi of a key this job's runs can vary, whose ends are values
+    the key can take (a key that must be positive, searched log-uniformly, must start above 0)."""
+    s = cfg.search
+    if s.policy not in SEARCH_POLICIES:
+        raise ConfigError(f"search.policy={s.policy!r}{choices(SEARCH_POLICIES, s.policy)}")
+    if s.metric not in ("train_loss", "eval_loss"):
+        raise ConfigError(f"search.metric={s.metric!r}; valid: train_loss, eval_loss (a loss: lower is better)")
+    positive("search.round_size", s.round_size)
+    within("search.round_size", s.round_size, MAX_RUNS_PER_JOB, "points a round")
+    positive("search.seeds", s.seeds)
+    within("search.seeds", s.seeds, MAX_SEEDS, "seeds")
+    _check_budget("search", s)
+    if not 0 < s.radius <= 1:
+        raise ConfigError(f"search.radius={s.radius!r} must be in (0, 1] (a half-side in the search box's unit coordinates)")
+    if not 0 < s.shrink < 1:
+        raise ConfigError(f"search.shrink={s.shrink!r} must be in (0, 1)")
+    if not s.scan or not all(math.isfinite(x) and abs(x) <= MAX_SCAN for x in s.scan) or len(set(s.scan)) < len(s.scan):
+        raise ConfigError(f"search.scan={list(s.scan)} must be distinct log2 factors within -{MAX_SCAN} .. {MAX_SCAN} "
+                          "(e.g. [-2,-1,0,1,2])")
+    for key, rng in search_ranges(cfg).items():
+        where = f"search.{key}={rng}"
+        if not (isinstance(rng, list) and len(rng) == 2):
+            raise ConfigError(f"{where} must be a range [lo, hi] of two numbers")
+        lo, hi = rng
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in rng):
+            raise ConfigError(f"{where}: each end must be a finite number")
+        if not lo < hi:
+            raise ConfigError(f"{where} is an empty range: give [lo, hi] with lo < hi")
+        if key == "lr":
+            if not lo > 0:
+                raise ConfigError(f"{where}: learning rates are searched log-uniformly, so both ends must be positive")
+            for x in rng:
+                within("search.lr", abs(math.log2(x)), MAX_ABS_LOG2_LR, "octaves from 1")
+            continue
+        _check_per_run_key(cfg, key, f"search.{key}")
+        for x in rng:
+            try:
+                check_per_run_value(cfg, key, x)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from None
 
 
 def _check_int64(node, where: str = "") -> None:
@@ -162,10 +290,23 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
     if schema is Config:
         for group in GROUPS:
             _check_group_shape(cfg, group)
+        known_hp = [k.partition(".")[2] for k in hp.ALL_KEYS]
+        for key in flatten(cfg.hp):  # `+hp.foo.lr_mult=2` gets past Hydra
+            if key not in known_hp:
+                role, _, name = key.partition(".")
+                hp.split(f"hp.{key}")  # the unknown role or name, with the valid ones
+                raise ConfigError(f"unknown key 'hp.{key}'")
+        known_search = list(flatten(search_schema()()))
+        for key in flatten(cfg.search):  # `+search.optim.beta1=[...]` gets past Hydra too
+            if key not in known_search:
+                raise ConfigError(f"unknown key 'search.{key}'{choices(['search.' + k for k in known_search], 'search.' + key)}")
         known_grid = list(flatten(grid_schema()()))
         for key in flatten(cfg.grid):  # `+grid.optim.beta1=[...]` gets past Hydra, and to_object would drop it
+            if key.startswith("hp."):
+                hp.split(key)  # the unknown role or name, with the valid ones
             if key not in known_grid:
-                raise ConfigError(f"unknown key 'grid.{key}'{choices(['grid.' + k for k in known_grid], 'grid.' + key)}")
+                own = ['grid.' + k for k in known_grid if not k.startswith("hp.")]
+                raise ConfigError(f"unknown key 'grid.{key}'{choices(own, 'grid.' + key)}, grid.hp.<role>.<name>")
         for key, node in cfg.items():
             sub = SECTIONS.get(key)
             if sub is None and key in GROUPS:
@@ -212,6 +353,7 @@ def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Co
         )
     _check_lr_grid(cfg)
     _check_adaptive(cfg)
+    _check_search(cfg)
     if cfg.engine.chunk < 0:
         raise ConfigError(f"engine.chunk must be >= 0 (0 = automatic), got {cfg.engine.chunk}")
     non_negative("engine.max_memory_gb", cfg.engine.max_memory_gb)
@@ -240,7 +382,9 @@ def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Co
             node.check_with(cfg)
     if engine:
         _check_model_reads_data(cfg)
+        _check_hp(cfg)
     _check_inner_grid(cfg)
+    _check_points(cfg)
     if engine:
         _check_sde_rule(cfg)
         _check_param_has_tree(cfg)
@@ -312,7 +456,11 @@ def _check_sde_rule(cfg: Config) -> None:
     """param.sde_rule, its bases, and the betas it makes at this job's batch and steps (`sde.check`)."""
     from lrtransfer.options.param import sde  # the options' modules (and torch) load with the config's groups
 
-    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=inner_grid(cfg))
+    own = {k: [v] for k, v in hp.set_values(cfg.hp).items() if k.endswith((".beta1", ".beta2"))}
+    grid = inner_grid(cfg)
+    if grid is not None and grid[0].startswith("hp."):
+        own[grid[0]] = list(grid[1])
+    sde.check(cfg.param, cfg.optim, batch_size=cfg.train.batch_size, steps=cfg.train.steps, grid=grid, own=own)
 
 
 def _reads(model_schema) -> tuple[str, ...]:

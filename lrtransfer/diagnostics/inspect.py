@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.overrides import TorchFunctionMode
 
-from lrtransfer.config import Config, semantic
+from lrtransfer.config import Config, semantic, tuned_keys
 from lrtransfer.errors import Fault, UserError, collected, one_line
 from lrtransfer.nn import Activation, Residual, is_one_dimensional
 from lrtransfer.options.param.base import tensor_update
@@ -45,6 +45,33 @@ def _built(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int
 def tensors(cfg: Config, input_shape: tuple[int, ...], output_dim: int, seed: int = 0) -> list[dict]:
     """One row per trained tensor of cfg's model for inputs of `input_shape`, in forward order."""
     return _rows(*_built(cfg, input_shape, output_dim, seed), cfg.optim)
+
+
+def effective(param, slots, optim, log2_lr: float | None) -> list[dict]:
+    """Each tensor's effective settings for one run: its per-module role (`hp.<role>`: the most specific
+    that holds it), Adam's epsilon, the weight decay per step (the schedule's factor 1) and, given
+    the run's log2 LR, its LR; what the update computes with, `hp.*` and the rule's multipliers in."""
+    from lrtransfer.options.param.tuning import roles_of
+
+    lr = torch.tensor([2.0 ** (log2_lr if log2_lr is not None else 0.0)], dtype=torch.float64)
+    decays = param.decays(slots, lr, 1.0, optim) if hasattr(optim, "weight_decay") else None
+    out = []
+    for i, slot in enumerate(slots):
+        roles = roles_of(slot.atom, slot.name)
+        row = {"hp_role": roles[0] if roles else None,
+               "eps": float(optim.eps * slot.eps_mult) if hasattr(optim, "eps") else None,
+               "decay": 0.0 if decays is None else float(decays[i][0])}
+        if log2_lr is not None:
+            row["lr"] = float(param.rates([slot], lr)[0][0]) if param.target_norm(slot) is None else None
+        elif getattr(optim, "decay_scaling", None) is not None and optim.decay_scaling.value == "lr":
+            row["decay"] = None  # decay x the LR: needs the run's LR (--log2-lr)
+        out.append(row)
+    return out
+
+
+def own(value, optim, name: str) -> float:
+    """A tensor's beta before the rule's multiplier: its own (hp.<role>.beta1), else the optimizer's."""
+    return float(getattr(optim, name) if value is None else value)
 
 
 def _rows(param, model, optim) -> list[dict]:
@@ -74,8 +101,8 @@ def _rows(param, model, optim) -> list[dict]:
             "lr_mult": float(slot.lr_mult),
             "eps_mult": float(slot.eps_mult),
             "wd_mult": float(slot.wd_mult * sde_decay if decay_1d or not is_one_dimensional(slot) else 0.0),
-            "beta1": scaled_beta(optim.beta1, slot.beta1_mult) if adam(slot) else None,
-            "beta2": scaled_beta(optim.beta2, slot.beta2_mult) if adam(slot) else None,
+            "beta1": scaled_beta(own(slot.beta1, optim, "beta1"), slot.beta1_mult) if adam(slot) else None,
+            "beta2": scaled_beta(own(slot.beta2, optim, "beta2"), slot.beta2_mult) if adam(slot) else None,
             "readout_mult": float(atom.tied.weight_mult) if tied else None,  # a tied table's readout use
             "mass": float(atom.mass) if tree else None,
             "sensitivity": float(atom.sensitivity) if tree else None,
@@ -84,13 +111,14 @@ def _rows(param, model, optim) -> list[dict]:
     return rows
 
 
-def inspect(cfg: Config) -> dict:
-    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes).
+def inspect(cfg: Config, log2_lr: float | None = None) -> dict:
+    """{"config": ..., "tensors": [...]} for one typed config (its data gives the model's shapes); each
+    tensor's effective epsilon, decay per step and (given `log2_lr`) LR beside its multipliers.
     A user's model (`model.target`) that fails in its own code is said in one line, where in its
     code and what, as a sweep says such a job's failure: a traceback through the engine's wrapping
     hides which line of the model is at fault."""
     try:
-        return _inspect(cfg)
+        return _inspect(cfg, log2_lr)
     except (UserError, KeyboardInterrupt):
         raise
     except Exception as e:
@@ -115,13 +143,14 @@ def own_frame(e: BaseException) -> str:
     return f" (at {os.path.basename(mine[-1].filename)}:{mine[-1].lineno} in {mine[-1].name})" if mine else ""
 
 
-def _inspect(cfg: Config) -> dict:
+def _inspect(cfg: Config, log2_lr: float | None) -> dict:
     from lrtransfer.training import build
     from lrtransfer.options.data import ensure_files
 
     ensure_files(cfg.data)
     task = build.task(cfg, torch.device("cpu"), torch.float32)
     param, model = _built(cfg, tuple(task.input_shape), task.output_dim, 0)
+    build.unused_roles(param.tune, param.slots(model), tuned_keys(cfg))  # an hp role no tensor has: one line
     doc = {"config": config_dict(cfg), "branch_mult": branch_mult(model), "kappa": param.sde.kappa}
     skips = skip_mult(model)
     if skips is not None:
@@ -131,6 +160,10 @@ def _inspect(cfg: Config) -> dict:
         model(task.sample(torch.Generator().manual_seed(0), 2)[0])  # a forward shows where attention runs
     doc["attention_scale"] = seen.scale()
     doc["tensors"] = _rows(param, model, cfg.optim)
+    for row, more in zip(doc["tensors"], effective(param, param.slots(model), cfg.optim, log2_lr)):
+        row.update(more)
+    if log2_lr is not None:
+        doc["log2_lr"] = log2_lr
     notes = []
     if hasattr(model, "notes"):  # model=custom: what the rules do unseen, and what they cannot reach
         notes = model.notes(param) + [f"note: {m}" for m in said] + branch_notes(model)
@@ -224,6 +257,10 @@ def table(doc: dict) -> str:
     extra = [(k, h) for k, h in (("eps_mult", "eps mult"), ("wd_mult", "wd mult")) if _varies(doc, k)]
     optim = doc["config"]["optim"]  # a tensor's own betas, where some differ from the optimizer's (param.sde_rule)
     extra += [(k, k) for k in ("beta1", "beta2") if any(r.get(k) not in (None, optim.get(k)) for r in doc["tensors"])]
+    tuned = "hp" in doc["config"] or "lr" in doc["tensors"][0]  # a run's own settings: show what it trains with
+    extra += [(k, h) for k, h in (("hp_role", "hp role"), ("lr", "lr"), ("eps", "eps"), ("decay", "decay/step"))
+              if tuned and any(r.get(k) is not None for r in doc["tensors"])
+              and (k != "decay" or any(r.get(k) for r in doc["tensors"]))]
     extra += [(k, h) for k, h in (("mass", "mass"), ("sensitivity", "sens"), ("target_norm", "target"))
               if any(r[k] is not None for r in doc["tensors"])]
     head = ["tensor", "shape", "role", "init mean", "init std", "fwd mult", "lr mult"] + [h for _, h in extra]
@@ -232,7 +269,7 @@ def table(doc: dict) -> str:
         fwd = _num(r["forward_mult"]) + (f", {_num(r['readout_mult'])} as readout" if r.get("readout_mult") is not None else "")
         row = [r["name"], "x".join(map(str, r["shape"])), r["role"], _num(r["init_mean"]), _num(r["init_std"]), fwd,
                _num(r["lr_mult"])]
-        rows.append(row + [_num(r[k]) for k, _ in extra])
+        rows.append(row + [r[k] if isinstance(r.get(k), str) else _num(r.get(k)) for k, _ in extra])
     return "\n".join([_format(head, rows), *scale_lines(doc)])
 
 

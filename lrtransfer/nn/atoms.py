@@ -113,6 +113,9 @@ class Atom(Module):
     in_branch: bool = False
     branch_output: bool = False
     branch_mult: float = 1.0
+    # The named parts of the model the atom sits in ("attention", "mlp"; "group": a user's glob of a
+    # published model's layers), which per-module hyperparameters address (`options/hp.py`)
+    within: tuple[str, ...] = ()
     # The trained tensors an atom may hold. "weight" is a matrix in the parameterization's
     # sense (fan_in x fan_out, possibly stored in another shape: `from_matrix`), "bias" a
     # vector added to the output; other names are the atom's own (a layer norm's "gain").
@@ -365,13 +368,21 @@ class Slot:
     atom: Atom
     name: str  # "weight" | "bias" | an atom's own tensor (Atom.TENSORS)
     tensor: Tensor  # (K, ...): leading run axis
-    lr_mult: float
-    eps_mult: float = 1.0  # x the optimizer's epsilon (Adam's), for this tensor
+    lr_mult: float | Tensor
+    eps_mult: float | Tensor = 1.0  # x the optimizer's epsilon (Adam's), for this tensor
     wd_mult: float = 1.0  # x the weight decay, for this tensor
     # x 1 - beta1 and x 1 - beta2 (Adam's moments' rates, the inverse of their windows), for this tensor:
     # the optimizer's betas become this tensor's own (`optim.betas`); 1 keeps them exactly
     beta1_mult: float = 1.0
     beta2_mult: float = 1.0
+    # the tensor's own beta1 and beta2 (hp.<role>.beta1): in place of the optimizer's, the rule's
+    # multipliers above then applied to it; a float, or (K,) float64 values of the runs; None: the optimizer's
+    beta1: float | Tensor | None = None
+    beta2: float | Tensor | None = None
+    # x the weight decay after the parameterization's rule for it (`decay_mults`): hp.<role>.wd_mult.
+    # lr_mult and eps_mult hold hp.<role>.lr_mult and eps_mult already. Each of the three a float, or
+    # (K,) float64 values of the runs where the runs have their own
+    wd_tuned: float | Tensor = 1.0
 
 
 def is_hidden_matrix(atom: Atom, name: str) -> bool:

@@ -41,6 +41,9 @@ from lrtransfer.nn.atoms import FIXED, HIDDEN, INPUT, OUTPUT, VECTOR
 # The last layer of each residual branch, by the names the known families give it: nanoGPT's and
 # GPT-2's attention and MLP output projections (`c_proj`), Llama's (`o_proj`, `down_proj`)
 BRANCH_OUTPUTS = ("c_proj", "o_proj", "down_proj")
+# The modules the known families name their attention and MLP by (nanoGPT's and GPT-2's `attn` and `mlp`,
+# Llama's `self_attn` and `mlp`): a layer whose path has one of these names among its parts sits in one
+PART_NAMES = {"attention": ("attn", "self_attn", "attention", "self_attention"), "mlp": ("mlp", "feed_forward", "ffn")}
 # A layer's last name -> the share of its outputs that is the attention query (from its first output)
 QUERY_NAMES = {"q_proj": 1, "query": 1, "wq": 1, "to_q": 1, "c_attn": 3}  # 3: the first third (fused q, k, v)
 NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
@@ -61,6 +64,7 @@ class Layer:
     query: int = 0  # how many of its first outputs are an attention query (0: none), `find_queries`
     branch_output: bool = False  # the last layer of a residual branch, `find_branch_outputs`
     in_branch: bool = False  # inside a residual block (a depth rule's corrections apply)
+    within: tuple[str, ...] = ()  # the model's named parts it sits in (attention, mlp, group), `find_parts`
 
 
 def _in_out_linear(module: nn.Module) -> bool:
@@ -186,6 +190,24 @@ def find_branch_outputs(layers: list[Layer], pattern: str = "") -> list[Layer]:
     for layer in layers:
         layer.in_branch = any(layer.path.startswith(f"{b}.") for b in blocks)
     return found
+
+
+def find_parts(layers: list[Layer], globs: dict[str, str]) -> None:
+    """Mark the layers of the model's named parts (per-module hyperparameters: `hp.attention.*`):
+    each part's layers are those whose path matches its glob (`globs`: part -> glob, "" for none),
+    else, for attention and mlp, those with one of the known families' module names among their
+    path's parts (`PART_NAMES`). The `group` part has no default: only its glob names it."""
+    for layer in layers:
+        found = []
+        for part in ("attention", "mlp", "group"):
+            glob = globs.get(part, "")
+            if glob:
+                hit = fnmatch.fnmatchcase(layer.path, glob)
+            else:
+                hit = bool(set(layer.path.split(".")) & set(PART_NAMES.get(part, ())))
+            if hit:
+                found.append(part)
+        layer.within = tuple(found)
 
 
 def block_of(path: str) -> str:

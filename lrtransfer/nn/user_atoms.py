@@ -38,7 +38,7 @@ class UserAtom(Atom):
             self.tied_use = ReadoutUse(layer.fan_out, layer.fan_in, runs=runs, name=layer.tied)
         self.TENSORS = tuple(layer.names)
         self.query_outputs = layer.query or None  # the attention query's share of the outputs (tag "query")
-        self.branch_output, self.in_branch = layer.branch_output, layer.in_branch
+        self.branch_output, self.in_branch, self.within = layer.branch_output, layer.in_branch, layer.within
         # how the module's own init of this layer scales from this width to a parameterization's base width
         # (RMS there / here, `own_init.OwnInit.base_ratios`); 1 without one
         self.own_ratio = 1.0

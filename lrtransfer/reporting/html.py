@@ -184,7 +184,11 @@ def _rounds_of(g: Group, logs: list[dict]) -> dict | None:
 
 def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_lr: float | None = None) -> str:
     """The report's HTML text."""
-    runs = scan.runs
+    from lrtransfer.analysis.transfer import checks
+    from lrtransfer.analysis.tuning import searches
+    from lrtransfer.reporting import tuning_html
+
+    runs = pd.concat([scan.runs, scan.points], ignore_index=True) if not scan.points.empty else scan.runs
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     jobs = runs["job_id"].nunique()
     parts = [
@@ -231,6 +235,7 @@ def build(directory: Path, scan: Scan, groups: list[Group], metric: str, curves_
             data = base64.b64encode(png).decode("ascii")
             width = f"{100 * _png_width(png) * scale:.2f}%"
             parts.append(f"<img alt='{_e(stem)}' style='width:{width}' src='data:image/png;base64,{data}'>")
+    parts += tuning_html.sections(searches(scan.points), checks(scan.points, metric), scale, _png_width)
     parts.append("<h2>Configuration</h2>")
     for study, sub in runs.groupby("study", sort=True):
         parts.append(f"<h3>study {_e(study)}</h3>")

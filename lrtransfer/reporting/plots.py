@@ -103,8 +103,9 @@ def _mark_diverged(ax, xs, i: int, color, maximize: bool = False) -> None:
 # ----------------------------------------------------------------------------- the figures
 
 
-def lr_figure(family: list[Group], metric: str = "train_loss"):
-    """Loss against log2 LR; a panel per group, a line per scale."""
+def lr_figure(family: list[Group], metric: str = "train_loss", what: str = "learning rate"):
+    """Loss against log2 LR (or `what` a group's x is the log2 of: a transfer check's factor); a panel
+    per group, a line per scale."""
     maximize = maximizes(metric)
     with plt.rc_context(STYLE):
         fig, axes = _grid(len(family), 2.35, 2.2, sharey=True, legend=True)
@@ -134,7 +135,7 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
                                facecolor="white" if edge else color, edgecolor="black", gid="optimum")
             ax.set_ylim(lo, hi)
             ax.set_title((f"{label}\n" if label else "") + drift_words(g))
-            ax.set_xlabel("log$_2$ learning rate")
+            ax.set_xlabel(f"log$_2$ {what}")
         for ax in axes[:: min(len(axes), PANELS_PER_ROW)]:
             ax.set_ylabel(LABELS.get(metric, metric))
         extra = [Line2D([], [], ls="", marker="o", markerfacecolor="grey", markeredgecolor="black", markersize=4,
@@ -147,13 +148,13 @@ def lr_figure(family: list[Group], metric: str = "train_loss"):
         _scale_legend(fig, axes, family, colors, extra)
         seeds = max(max(g.n_seeds) for g in family)
         band = f", mean ± s.e. over {seeds} seeds" if seeds > 1 else ", 1 seed"
-        fig.suptitle(f"{description(family)}\n{LABELS.get(metric, metric)} vs learning rate{band}")
+        fig.suptitle(f"{description(family)}\n{LABELS.get(metric, metric)} vs {what}{band}")
         fit_titles(fig)
     return fig
 
 
-def transfer_figure(family: list[Group], metric: str = "train_loss"):
-    """Optimal log2 LR against log2 scale, a line per group, fitted drift with its 95% band."""
+def transfer_figure(family: list[Group], metric: str = "train_loss", what: str = "learning rate"):
+    """Optimal log2 LR (or `what`) against log2 scale, a line per group, fitted drift with its 95% band."""
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
         palette = plt.get_cmap("tab10")
@@ -184,7 +185,7 @@ def transfer_figure(family: list[Group], metric: str = "train_loss"):
                 ax.plot([], [], color=color, label=name + drift_words(g))
         ax.set_xticks(np.log2(scales), [str(s) for s in scales])
         ax.set_xlabel(f"{family[0].axis} (log scale)")
-        ax.set_ylabel("optimal log$_2$ learning rate")
+        ax.set_ylabel(f"optimal log$_2$ {what}")
         handles, _ = ax.get_legend_handles_labels()
         kinds = {k for g in family for k in g.optimum}
         for kind, marker, edge, side in ((EDGE_LOW, "v", "lowest", "below"), (EDGE_HIGH, "^", "highest", "above")):

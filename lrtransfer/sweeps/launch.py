@@ -138,10 +138,16 @@ def _caller_state_kept() -> Iterator[None]:
 def sweep(sweeper, arguments: list[str]) -> list:
     """The body of the lrtransfer sweeper (see module docstring)."""
     global last_report
-    from lrtransfer.sweeps import adaptive, launchers
+    from lrtransfer.sweeps import adaptive, launchers, transfer, tuning
 
     job_overrides = expand(sweeper, arguments)
     launchers.check(sweeper.config)
+    if transfer.requested(sweeper, job_overrides):
+        last_report = transfer.run(sweeper, job_overrides)
+        return []
+    if tuning.requested(sweeper, job_overrides):
+        last_report = tuning.run(sweeper, job_overrides, on_round=on_round)
+        return []
     if adaptive.requested(sweeper, job_overrides):
         last_report = adaptive.run(sweeper, job_overrides, on_round=_logged(on_round))
         return []

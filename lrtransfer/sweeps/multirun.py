@@ -38,6 +38,7 @@ class SweepReport:
     skipped: int = 0
     returns: list[dict] = field(default_factory=list)
     adaptive: object = None  # an adaptive sweep's outcome (`adaptive.Outcome`): rounds, spend, verdicts
+    tuning: Path | None = None  # a search's study folder (`tuning.run`), or a transfer check's
 
     @property
     def failed(self) -> list[dict]:
@@ -56,6 +57,20 @@ def compose(sweeper, overrides: list[str]) -> DictConfig:
     if key not in composed:
         composed[key] = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides))
     return composed[key]
+
+
+def shown(override: str) -> str:
+    """An override as a job's line says it: a job's rows (`points=...`, hundreds of numbers) by what
+    they are (`points: search round 2, 32 rows`)."""
+    if not override.startswith("points="):
+        return override
+    import re
+
+    kind, rnd = re.search(r"kind:(\w+)", override), re.search(r"round:(\d+)", override)
+    lrs = re.search(r"log2_lr:\[([^\]]*)\]", override)
+    rows = len(lrs.group(1).split(",")) if lrs and lrs.group(1) else 0
+    what = (kind.group(1) if kind else "rows") + (f" round {rnd.group(1)}" if rnd and rnd.group(1) != "0" else "")
+    return f"points: {what}, {rows} rows"
 
 
 @dataclass
@@ -86,7 +101,7 @@ def check_jobs(sweeper, job_overrides: list[list[str]], *, rerun: bool, writing:
     common = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     for overrides in job_overrides:
         cfg = compose(sweeper, overrides)
-        varying = " ".join(o for o in overrides if o not in common)
+        varying = " ".join(shown(o) for o in overrides if o not in common)
         try:
             typed = validate(cfg)
         except ConfigError as e:  # which job, where there are several

@@ -21,6 +21,12 @@ def until_decided_overrides(until_decided: bool, budget: str | int | None) -> li
         return []
     if budget is None:
         return ["adaptive.enabled=true"]
+    return ["adaptive.enabled=true", *budget_overrides("adaptive", budget, "to run until decided")]
+
+
+def budget_overrides(section: str, budget: str | int, without: str) -> list[str]:
+    """`--budget B` as `SECTION.budget=...` (run-steps: 20000) or `SECTION.budget_s=...` (a wall time:
+    600s, 90m, 2h); one line for anything else. `without`: what leaving --budget out does."""
     text = str(budget).strip().lower()
     units = {"s": 1, "m": 60, "h": 3600}
     timed = text[-1:] in units
@@ -32,10 +38,10 @@ def until_decided_overrides(until_decided: bool, budget: str | int | None) -> li
         raise UserError(f"--budget must be positive, got {budget!r}")
     if not value <= (MAX_BUDGET_S if timed else MAX_BUDGET):  # inf, 1e99: no budget is no --budget
         bound = f"{MAX_BUDGET_S // 86400} days" if timed else f"{MAX_BUDGET:,} run-steps"
-        raise UserError(f"--budget {budget!r} is beyond the sane bound of {bound}; leave --budget out to run until decided")
+        raise UserError(f"--budget {budget!r} is beyond the sane bound of {bound}; leave --budget out {without}")
     if not timed and value != int(value):
         raise UserError(f"--budget {budget!r}: give a whole number of run-steps (20000) or a time (600s, 90m, 2h)")
-    return ["adaptive.enabled=true", f"adaptive.budget_s={value}" if timed else f"adaptive.budget={int(value)}"]
+    return [f"{section}.budget_s={value}" if timed else f"{section}.budget={int(value)}"]
 
 
 # ---------------------------------------------------------------- the base jobs and their groups

@@ -19,13 +19,16 @@ from typing import Any
 import torch
 
 from lrtransfer import options
-from lrtransfer.config import Config, Engine, Train, model_activation
+from lrtransfer.config import (Config, Engine, Train, has_points, inner_grid, model_activation, tuned_keys,
+                               varied_keys)
 from lrtransfer.options.data import Task
 from lrtransfer.options.data import build as build_task
 from lrtransfer.errors import ConfigError, UserError, warn
 from lrtransfer.nn import Module
 from lrtransfer.nn import Slot
+from lrtransfer.options import hp
 from lrtransfer.options.param import Parameterization, parameterization_class, sde
+from lrtransfer.options.param.tuning import Tuning
 from lrtransfer.options.schema import Activation
 
 # train.dtype -> the dtype of weights, optimizer state and losses
@@ -56,17 +59,29 @@ def select_device(spec: str) -> torch.device:
     return device
 
 
-def per_run(group_options, group: str, values: dict | None):
-    """`group_options` with each of its per-run keys among `values` ({"optim.weight_decay":
-    (K,) tensor}) set to the runs' values instead of its scalar: the option's code then
-    computes with one value per run (the keys an option declares in PER_RUN)."""
-    own = {k.partition(".")[2]: v for k, v in (values or {}).items() if k.partition(".")[0] == group}
-    return dataclasses.replace(group_options, **own) if own else group_options
+def per_run(node, prefix: str, values: dict | None):
+    """`node` (a dataclass: a group's options, a role's `hp`) with each of its keys among `values`
+    ({"optim.weight_decay": (K,) tensor}, {"hp.hidden.lr_mult": ...}; `prefix` "optim", "hp.hidden")
+    set to the runs' values instead of its scalar: the code reading it then computes with one value
+    per run (the keys an option declares in PER_RUN, every `hp.*`)."""
+    own = {k[len(prefix) + 1:]: v for k, v in (values or {}).items() if k.rpartition(".")[0] == prefix}
+    return dataclasses.replace(node, **own) if own else node
+
+
+def tuning(cfg: Config, values: dict | None = None) -> Tuning:
+    """The job's `hp.<role>.<name>` values (each a float, or (K,) float64 on the host per run)."""
+    found = {}
+    for role in hp.ROLES:
+        node = per_run(getattr(cfg.hp, role), f"hp.{role}", values)
+        set_ = {n: v for n, v in vars(node).items() if v is not None}
+        found[role] = {n: v.detach().cpu() if isinstance(v, torch.Tensor) else float(v) for n, v in set_.items()}
+    return Tuning(found)
 
 
 def parameterization(cfg: Config, values: dict | None = None) -> Parameterization:
     """The parameterization of `cfg.param`, told the width, the optimizer's kind of update and the
-    job's batch and steps (its SDE rule's kappa, `param.sde_rule`)."""
+    job's batch and steps (its SDE rule's kappa, `param.sde_rule`), with the job's per-module
+    hyperparameters on top (`hp.*`)."""
     update = options.of("optim")[cfg.optim.name].UPDATE
     param = parameterization_class(cfg.param.name)(per_run(cfg.param, "param", values), width=cfg.width, update=update,
                                                      depth=cfg.depth, batch_size=cfg.train.batch_size,
@@ -74,7 +89,7 @@ def parameterization(cfg: Config, values: dict | None = None) -> Parameterizatio
     said = sde.note(param.sde, cfg.optim.name, {k: hasattr(cfg.optim, k) for k in ("beta1", "beta2", "eps")})
     if said:
         warn(said)
-    return param
+    return param.tuned(tuning(cfg, values))
 
 
 def model(cfg: Config, param: Parameterization, *, runs: int, input_shape: Sequence[int], output_dim: int) -> Module:
@@ -127,6 +142,10 @@ class Built:
     new_model: Callable[[Parameterization, int], Module]  # (param, runs) -> a model, multipliers set
     new_optimizer: Callable[..., Any]  # (slots, values) -> an optimizer for the parameterization's slots
     optim_options: Callable[..., Any]  # (values) -> the optimizer's options, whose weight decay the parameterization applies
+    hp_keys: tuple[str, ...] = ()  # the per-module hyperparameters the job sets (`hp.*`, or per run): `check`'s
+    # one run's values of each key the runs vary ({"param.attn_mult": (1,) tensor}): what `check` builds with, so
+    # that a builder that cannot take a key per run (a published model's attention) refuses it before training
+    sample_values: dict = dataclasses.field(default_factory=dict)
 
 
 def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = None) -> Built:
@@ -142,13 +161,41 @@ def job(cfg: Config, device: torch.device | None = None, *, data: Task | None = 
         new_model=lambda param, runs: model(cfg, param, runs=runs, input_shape=shape, output_dim=classes),
         new_optimizer=lambda slots, values=None: optimizer(cfg, slots, values),
         optim_options=lambda values=None: per_run(cfg.optim, "optim", values),
+        hp_keys=tuple(tuned_keys(cfg)),
+        sample_values=sample_values(cfg),
     )
+
+
+def sample_values(cfg: Config) -> dict:
+    """One run's value of each per-run key of the job (its first row's, its grid's first value), as the
+    engine hands them: (1,) float64."""
+    keys = varied_keys(cfg)
+    if not keys:
+        return {}
+    first = cfg.points.values[0] if has_points(cfg) else [inner_grid(cfg)[1][0]]
+    return {k: torch.tensor([float(v)], dtype=torch.float64) for k, v in zip(keys, first)}
 
 
 def check(built: Built) -> None:
     """Build the parameterization, a one-run model and the optimizer on the meta device
     (nothing allocated), so that a builder's refusal (optim=muon on a model without a
-    hidden matrix) is a one-line error before any job trains."""
+    hidden matrix, an `hp.<role>` no tensor of the model has) is a one-line error before any
+    job trains."""
     with torch.device("meta"):
-        param = built.new_param()
-        built.new_optimizer(param.slots(built.new_model(param, 1)))
+        values = built.sample_values  # on the host: what the engine's values are copied from
+        param = built.new_param(values)
+        slots = param.slots(built.new_model(param, 1))
+        built.new_optimizer(slots, values)
+    unused_roles(param.tune, slots, built.hp_keys)
+
+
+def unused_roles(tune: Tuning, slots: Sequence[Slot], keys: Sequence[str]) -> None:
+    """Refuse an `hp.<role>.*` key (set, or varied per run) whose role holds no tensor of the model."""
+    held = tune.used_roles((s.atom, s.name) for s in slots)
+    tied = any(s.atom.tied is not None for s in slots)
+    for k in keys:
+        role = k.split(".")[1]
+        if role not in held:
+            why = " (its readout is its token table, one tensor: an embedding's)" if role == "readout" and tied else ""
+            raise ConfigError(f"{k}: no tensor of this model has the role {role}{why}; roles it has: "
+                              f"{', '.join(r for r in hp.ROLES if r in held)}")

@@ -35,8 +35,8 @@ from omegaconf import OmegaConf
 
 from lrtransfer.errors import ConfigError
 from lrtransfer.nn import FIXED, OUTPUT
-from lrtransfer.nn.roles import (BRANCH_OUTPUTS, assign_roles, find_branch_outputs, find_queries, find_readout,
-                                 layers_of)
+from lrtransfer.nn.roles import (BRANCH_OUTPUTS, assign_roles, find_branch_outputs, find_parts, find_queries,
+                                 find_readout, layers_of)
 from lrtransfer.nn.streams import cuda_devices, rng_state
 from lrtransfer.nn.wrapped import Custom
 from lrtransfer.options.model.loading import load
@@ -61,6 +61,9 @@ class CustomOptions:
     MIN_DEPTH: ClassVar[int] = 1
     READS: ClassVar[tuple[str, ...]] = (VECTOR, IMAGE, SIGNAL, TOKENS)  # the module's own business
     MODULE_TREE: ClassVar[bool] = False  # atoms only: no compound rules (param=modular needs them)
+    # roles of per-module hyperparameters beyond the base ones: its attention and MLP (found by the known
+    # families' names, or model.attention / model.mlp), and a group of layers a glob names (model.group)
+    PARTS: ClassVar[tuple[str, ...]] = ("attention", "mlp", "group")
     ATTENTION: ClassVar[bool] = True  # may compute attention: whether a rule reached it, `inspect` notes
 
     name: str = "custom"
@@ -93,6 +96,12 @@ class CustomOptions:
     # The last layer of each residual branch (a glob over layer names, '*.c_proj'), where a depth rule
     # multiplies the branch; "" finds the known families' (nanoGPT's and GPT-2's c_proj, Llama's o_proj, down_proj)
     branch_outputs: str = added("")
+    # The layers of its attention and its MLP (globs over layer names, '*.attn.*'), which hp.attention.* and
+    # hp.mlp.* address; "" finds the known families' (nanoGPT's and GPT-2's attn and mlp, Llama's self_attn)
+    attention: str = added("")
+    mlp: str = added("")
+    # A group of layers of your choosing (a glob, '*.c_attn'): hp.group.* sets their tensors' values
+    group: str = added("")
     # The content hash of the files the model is built from (the conf file fills it in:
     # `${lrt_source:...}`, see sources.py), so that a job's identity changes when its code does,
     # and its record says which version of the files it was built from.
@@ -155,6 +164,7 @@ def build(options: CustomOptions, param, *, width: int, depth: int, runs: int, i
     if options.readout and not readout.tied:
         readout.role = OUTPUT  # the user's word: this weight makes the logits
     find_queries(layers)
+    find_parts(layers, {"attention": options.attention, "mlp": options.mlp, "group": options.group})
     branches(layers, options.branch_outputs, param, target)
     own, ratios = None, None
     if options.init == ModelInit.own:
@@ -261,6 +271,9 @@ def at_base(own: OwnInit | None, make, layers, base_width: int) -> dict[str, flo
 def attention_rule(param):
     """d_head -> the factor on the module's own attention scale that `param`'s rule asks for,
     relative to SP's 1/sqrt(d_head) (muP: 1/sqrt(m), making it 1/d); None under SP's rule."""
+    if isinstance(param.attention_scale(64), torch.Tensor):
+        raise ConfigError("param.attn_mult per run: a published model's attention takes one scale per job (its own "
+                          "modules compute it); sweep it as a job's key (param.attn_mult=0.5,1,2), or use model=transformer")
     if not param.rescales_attention():
         return None
     return lambda d: param.attention_scale(d) * math.sqrt(d)

@@ -58,6 +58,7 @@ class TransformerOptions:
 
     MIN_DEPTH: ClassVar[int] = 1  # transformer blocks (each an attention and an MLP residual branch)
     READS: ClassVar[tuple[str, ...]] = (TOKENS,)
+    PARTS: ClassVar[tuple[str, ...]] = ("attention", "mlp")  # roles of per-module hyperparameters (`hp.attention.*`)
     ATTENTION: ClassVar[bool] = True  # computes attention (a parameterization's attention keys act on it)
 
     name: str = "transformer"
@@ -109,6 +110,8 @@ class CausalSelfAttention(Module):
         self.k = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="key")
         self.v = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="value")
         self.o = Linear(width, width, role=HIDDEN, runs=runs, bias=bias, tag="attn_out")
+        for lin in (self.q, self.k, self.v, self.o):
+            within(lin, "attention")
 
     def _heads(self, t: Tensor) -> Tensor:
         # (K, B, T, width) -> (K, B, heads, T, d_head)
@@ -169,6 +172,12 @@ def _float32_on_cpu(t: Tensor):
         yield lambda x: x.float()
 
 
+def within(atom: Linear, part: str) -> Linear:
+    """The atom, marked as a matrix of the model's attention or MLP (`hp.attention.*`, `hp.mlp.*`)."""
+    atom.within = (part,)
+    return atom
+
+
 def layer_norm(width: int, runs: int) -> LayerNorm:
     """LN with gain and bias; mass 0, as Modula's weightless LayerNorm (see the module doc)."""
     ln = LayerNorm(width, runs=runs)
@@ -202,9 +211,9 @@ def build(options: TransformerOptions, param, *, width: int, depth: int, runs: i
     def mlp() -> Sequential:
         return Sequential([
             layer_norm(width, runs),
-            Linear(width, hidden, role=HIDDEN, runs=runs, bias=bias),  # (K, B, T, width) -> (K, B, T, hidden)
+            within(Linear(width, hidden, role=HIDDEN, runs=runs, bias=bias), "mlp"),  # (K, B, T, width) -> (K, B, T, hidden)
             Activation(act),
-            Linear(hidden, width, role=HIDDEN, runs=runs, bias=bias),  # -> (K, B, T, width)
+            within(Linear(hidden, width, role=HIDDEN, runs=runs, bias=bias), "mlp"),  # -> (K, B, T, width)
         ])
 
     branches = [b for _ in range(depth) for b in (attention(), mlp())]

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
-from lrtransfer.options.optim.kernels import CountsSteps, Setting, adam_directions_, adam_update_, along, at, plan
+from lrtransfer.options.optim.kernels import (EVERY_RUN, CountsSteps, Setting, adam_directions_, adam_update_,
+                                             adam_update_along_, along, at, plan)
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive, scaled_beta
 
 
@@ -57,17 +58,27 @@ OPTIONS = AdamOptions
 
 def settings(options, slots: Sequence[Slot]) -> tuple[list[Setting], list[Setting], list[Setting]]:
     """Each tensor's beta1, beta2 and epsilon (`kernels.Setting`: a float, or a tuple of one per run
-    where the option is per run): the options' values with the tensor's multipliers."""
-    def runs(value) -> Setting:  # a per-run option arrives as a (K,) float64 tensor
+    where the option or the tensor's `hp.*` value is per run): the tensor's own betas where it has
+    them (`Slot.beta1`: hp.<role>.beta1), else the options', with the tensor's multipliers."""
+    def runs(value) -> Setting:  # a per-run value arrives as a (K,) float64 tensor
         return tuple(value.tolist()) if isinstance(value, Tensor) else float(value)
 
     def each(value: Setting, f) -> Setting:
         return tuple(f(x) for x in value) if isinstance(value, tuple) else f(value)
 
-    b1, b2, eps = runs(options.beta1), runs(options.beta2), runs(options.eps)
-    return ([each(b1, lambda b, s=s: scaled_beta(b, s.beta1_mult)) for s in slots],
-            [each(b2, lambda b, s=s: scaled_beta(b, s.beta2_mult)) for s in slots],
-            [each(eps, lambda e, s=s: e * s.eps_mult) for s in slots])
+    b1, b2 = runs(options.beta1), runs(options.beta2)
+    own = lambda x, shared: shared if x is None else runs(x)  # noqa: E731
+    return ([each(own(s.beta1, b1), lambda b, s=s: scaled_beta(b, s.beta1_mult)) for s in slots],
+            [each(own(s.beta2, b2), lambda b, s=s: scaled_beta(b, s.beta2_mult)) for s in slots],
+            [eps_of(runs(options.eps), runs(s.eps_mult)) for s in slots])
+
+
+def eps_of(eps: Setting, mult: Setting) -> Setting:
+    """A tensor's epsilon: the option's times its multiplier (hp.<role>.eps_mult in it), either per run."""
+    if not isinstance(eps, tuple) and not isinstance(mult, tuple):
+        return eps * mult
+    n = len(eps) if isinstance(eps, tuple) else len(mult)
+    return tuple(at(eps, k) * at(mult, k) for k in range(n))
 
 
 class Optimizer(CountsSteps):
@@ -151,10 +162,17 @@ class Optimizer(CountsSteps):
         if small:  # every run at once, the direction path's way
             ws = pick(self.tensors, small)
             gs = [passes.like(g, w) for g, w in zip(pick(grads, small), ws)]
-            ds = pick(self._scratch, small)
-            adam_directions_(ds, gs, pick(self.m, small), pick(self.v, small), self._step, *self._small,
-                             calls=self._small_calls)
-            passes.whole(ws, ds, pick(rates, small), pick(decays, small), pick(copies, small))
+            ds, ms, vs = pick(self._scratch, small), pick(self.m, small), pick(self.v, small)
+            calls = [c for c in self._small_calls if c[-1] != EVERY_RUN]
+            adam_directions_(ds, gs, ms, vs, self._step, *self._small, calls=calls)
+            fused = [i for *_, idx, _k in calls for i in idx]
+            passes.whole(pick(ws, fused), pick(ds, fused), pick(pick(rates, small), fused),
+                         pick(pick(decays, small), fused), pick(pick(copies, small), fused))
+            for b1, b2, eps, idx, _k in (c for c in self._small_calls if c[-1] == EVERY_RUN):
+                # the tensors whose settings differ between runs: their whole step in one formula
+                adam_update_along_(*(pick(x, idx) for x in (ws, gs, ms, vs)), self._step, b1, b2, eps,
+                                   pick(pick(rates, small), idx), pick(pick(decays, small), idx),
+                                   pick(pick(copies, small), idx))
         if not large:
             return
         w, m, v, g, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, self.m, self.v, grads, copies))

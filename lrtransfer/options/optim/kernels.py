@@ -144,14 +144,48 @@ def adam_directions_(
 
 def _adam_directions_along_(out, grads, m, v, step: Tensor, beta1, beta2, eps) -> None:
     """The plain formula on whole (K, ...) tensors, each run at its own settings: per tensor, each of
-    beta1, beta2, eps a Setting, a tuple's values along the run axis."""
+    beta1, beta2, eps a Setting, a tuple's values along the run axis. Six passes over memory (the
+    fused kernel's one call costs about four): both moments as `lerp_` (m + (1 - beta) (g - m), the
+    moving average in one pass), and the bias corrections folded into the denominator,
+    m / (c1 (sqrt(v) / c2 + eps)), so that `out` is the only scratch."""
+    t = None
     for o, g, mi, vi, b1, b2, e in zip(out, grads, m, v, beta1, beta2, eps):
+        if t is None or t.dtype != mi.dtype:
+            t = step.to(mi.dtype)
         b1, b2, e = (along(x, mi) for x in (b1, b2, e))
-        t = step.to(mi.dtype)
-        mi.lerp_(g, 1 - b1)
-        vi.mul_(b2).add_(g * g * (1 - b2))
         c1, c2 = 1 - b1**t, (1 - b2**t).sqrt()
-        torch.div(mi, c1, out=o).div_(vi.sqrt().div_(c2).add_(e))
+        mi.lerp_(g, 1 - b1)
+        vi.lerp_(torch.mul(g, g, out=o), 1 - b2)
+        torch.sqrt(vi, out=o).mul_(c1 / c2).add_(e * c1)
+        torch.div(mi, o, out=o)
+
+
+def adam_update_along_(params, grads, m, v, step: Tensor, beta1, beta2, eps, rates, decays, copies) -> None:
+    """The whole step of `_adam_directions_along_`'s tensors, each run at its own settings (per tensor
+    a Setting each): w <- (1 - decay) w - rate m_hat / (sqrt(v_hat) + eps), the rate folded into the
+    denominator, so the update is one `addcdiv_` where the direction path takes three passes more
+    (`passes.whole`). rates, decays (None: none): per tensor (K,) on the host; a run at rate 0 (a
+    frozen one) gets a denominator of inf: no update, as rate x direction = 0 would give. copies:
+    per tensor a lower-precision copy written from it, or None."""
+    t = None
+    for i, (w, g, mi, vi, b1, b2, e) in enumerate(zip(params, grads, m, v, beta1, beta2, eps)):
+        if t is None or t.dtype != mi.dtype:
+            t = step.to(mi.dtype)
+        b1, b2, e = (along(x, mi) for x in (b1, b2, e))
+        rate = rates[i].to(w.device, w.dtype, non_blocking=True).view(-1, *[1] * (w.dim() - 1))
+        live = rate > 0
+        c1, c2 = 1 - b1**t, (1 - b2**t).sqrt()
+        scale = torch.where(live, c1 / (c2 * rate), 1.0)  # sqrt(v) x c1 / (c2 rate) + eps x c1 / rate
+        shift = torch.where(live, e * c1 / rate, math.inf)
+        mi.lerp_(g, 1 - b1)
+        o = torch.mul(g, g)
+        vi.lerp_(o, 1 - b2)
+        torch.sqrt(vi, out=o).mul_(scale).add_(shift)
+        if decays is not None:
+            w.mul_(1 - decays[i].to(w.device, w.dtype, non_blocking=True).view(-1, *[1] * (w.dim() - 1)))
+        w.addcdiv_(mi, o, value=-1.0)
+        if copies[i] is not None:
+            copies[i].copy_(w)
 
 
 _along: dict[tuple, Tensor] = {}  # (values, device, dtype, dims) -> the values along the run axis

@@ -13,9 +13,11 @@ from lrtransfer.options.param.base import Parameterization
 
 def parameterization_class(name: str) -> type[Parameterization]:
     module = options.module("param", name)
-    for obj in vars(module).values():
-        if inspect.isclass(obj) and issubclass(obj, Parameterization) and obj.name == name:
-            return obj
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, Parameterization) and obj.name == name]
+    # the module's own class first: standard.py imports the base class, whose name is "standard" too
+    for obj in sorted(found, key=lambda c: c.__module__ != module.__name__):
+        return obj
     raise LookupError(f"lrtransfer.options.param.{name} defines no Parameterization named {name!r}")
 
 

@@ -28,6 +28,7 @@ from torch import Tensor
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.nn import Atom, Module, Residual, Sequential, Slot, is_hidden_matrix, is_one_dimensional
 from lrtransfer.options.param.sde import Rule
+from lrtransfer.options.param.tuning import Tuning, on, product
 from lrtransfer.options.schema import ADAPTIVE, ORTHOGONALIZED, ConfigError
 
 
@@ -58,12 +59,22 @@ class Parameterization:
     base_width: int | None = None  # the width its rules are relative to (muP's); None: no base (SP)
     attention_rule = ""  # its attention rule in words, for notes (empty: "param=NAME's attention rule")
 
+    # The job's per-module hyperparameters (`hp.<role>.<name>`), applied on top of this rule's own
+    # multipliers (`slots`, `decays`, `initialize`); none by default. Set by the builder (`tuned`).
+    tune: Tuning = Tuning()
+
     def __init__(self, options, *, width: int, update: str, depth: int | None = None,
                  batch_size: int | None = None, steps: int | None = None) -> None:
         self.options, self.width, self.update, self.depth = options, width, update, depth
         # param.sde_rule for the job's batch and steps (`sde.py`): its factors on every tensor's LR,
         # betas, epsilon and decay, on top of this rule's own (all 1 without the rule or at its base)
         self.sde = Rule.of(options, batch_size, steps)
+        self._copies: dict = {}  # per-run values on a device (`tuning.on`)
+
+    def tuned(self, tune: Tuning) -> Parameterization:
+        """This parameterization with the job's `hp.*` values (each a float, or per run) on top."""
+        self.tune = tune
+        return self
 
     # ---- hooks the model builder calls
     def residual_scales(self, depth: int) -> tuple[float, float]:
@@ -173,8 +184,10 @@ class Parameterization:
             for atom in model.atoms():
                 for name, t in atom.trained():
                     value = self.init_tensor(atom, name, gen).reshape(t.shape[1:])
+                    mult = self.tune.value(atom, name, "init_mult")  # hp.<role>.init_mult: a float or per run
                     for k in runs:
-                        t[k].copy_(value)
+                        m = mult if not isinstance(mult, Tensor) else float(mult[k])
+                        t[k].copy_(value if m is None else value * m)
         model.draw_own_init(None)
 
     # ---- learning rates and updates
@@ -199,15 +212,20 @@ class Parameterization:
         return None
 
     def slots(self, model: Module) -> list[Slot]:
-        """Each trained tensor with its multipliers: this rule's, times the SDE rule's (`self.sde`)."""
-        sde = self.sde
-        return [Slot(atom, name, t, self.lr_multiplier(atom, name) * sde.lr, self.eps_multiplier(atom, name) * sde.eps,
-                     self.wd_multiplier(atom, name), beta1_mult=sde.beta, beta2_mult=sde.beta)
+        """Each trained tensor with its multipliers: this rule's, times the SDE rule's (`self.sde`), times
+        the job's `hp.*` where set (`tune`)."""
+        tune, sde = self.tune, self.sde
+        return [Slot(atom, name, t, tune.times(self.lr_multiplier(atom, name) * sde.lr, atom, name, "lr_mult"),
+                     tune.times(self.eps_multiplier(atom, name) * sde.eps, atom, name, "eps_mult"),
+                     self.wd_multiplier(atom, name), wd_tuned=tune.times(1.0, atom, name, "wd_mult"),
+                     beta1_mult=sde.beta, beta2_mult=sde.beta, beta1=tune.value(atom, name, "beta1"),
+                     beta2=tune.value(atom, name, "beta2"))
                 for atom in model.atoms() for name, t in atom.trained()]
 
     def rates(self, slots: Sequence[Slot], lr: Tensor) -> list[Tensor]:
-        """Each slot's (K,) learning rate this step: the runs' lr (schedule applied) x its lr_mult."""
-        return [lr * s.lr_mult for s in slots]
+        """Each slot's (K,) learning rate this step: the runs' lr (schedule applied) x its lr_mult
+        (per run: rounded to lr's dtype first, as a float multiplier is)."""
+        return [lr * on(s.lr_mult, lr.device, lr.dtype, self._copies) for s in slots]
 
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Map the base optimizer's directions to updates (w <- w - update).
@@ -265,17 +283,26 @@ class Parameterization:
         With `decay_1d: false` biases and norm gains (`is_one_dimensional`) do not decay.
         """
         wd = optim.weight_decay
-        mults = self.decay_factors(slots, optim)
-        if not isinstance(wd, Tensor):
+        # this rule's factor and the SDE rule's, times hp.<role>.wd_mult (after the rules: a rule that replaces
+        # its own keeps it); per-run values on lr's device, copied once (`tuning.on`): a step replayed as a
+        # CUDA graph copies none
+        dev = lr.device
+        mults = [w if isinstance(s.wd_tuned, float) and s.wd_tuned == 1.0 else w * on(s.wd_tuned, dev, cache=self._copies)
+                 for s, w in zip(slots, self.decay_factors(slots, optim))]
+        with_lr = optim.decay_scaling.value == "lr"
+        if not isinstance(wd, Tensor) and not any(isinstance(x, Tensor) for x in mults) \
+                and not (with_lr and any(isinstance(s.lr_mult, Tensor) for s in slots)):
             if not wd:
                 return None
-            if optim.decay_scaling.value == "lr":
+            if with_lr:
                 return [lr * (factor * wd * s.lr_mult * w) for s, w in zip(slots, mults)]
             alive = (lr > 0).to(lr.dtype)
             shared = alive * (factor * wd)
             return [shared if w == 1 else alive * (factor * wd * w) for w in mults]
-        if optim.decay_scaling.value == "lr":
-            return [lr * (factor * wd * s.lr_mult * w).to(lr.dtype) for s, w in zip(slots, mults)]
+        # Some factor per run: the same products in float64, each rounded once to lr's dtype
+        rounded = lambda terms: on(product(terms, lr.device), lr.device, lr.dtype)  # noqa: E731
+        if with_lr:
+            return [lr * rounded([factor, wd, on(s.lr_mult, dev, cache=self._copies), w]) for s, w in zip(slots, mults)]
         alive = (lr > 0).to(lr.dtype)
-        shared = alive * (factor * wd).to(lr.dtype)
-        return [shared if w == 1 else alive * (factor * wd * w).to(lr.dtype) for w in mults]
+        shared = alive * rounded([factor, wd])
+        return [shared if isinstance(w, float | int) and w == 1 else alive * rounded([factor, wd, w]) for w in mults]

@@ -341,8 +341,8 @@ class Modular(Parameterization):
     def updates(self, slots: Sequence[Slot], directions: Sequence[Tensor], lr: Tensor) -> list[Tensor]:
         """Each slot's direction mapped to an update of norm share * lr (per run)."""
         out = []
-        for s, d in zip(slots, directions):
-            norm, target = self.norm_of(s), lr * s.lr_mult * self.share(s)  # (K,); lr_mult: the SDE rule's
+        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x lr_mult (the SDE rule's, hp.<role>.lr_mult)
+            norm, target = self.norm_of(s), rate * self.share(s)  # (K,)
             if self.dualize:
                 out.append(norm.dual(d, self.ns_steps) * run_view(target, d))
             else:

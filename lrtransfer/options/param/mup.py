@@ -100,8 +100,9 @@ class MupOptions(SdeOptions):
     # 2: Adam's epsilon / m (eps_by_width), a tied table keeps its embedding init (tied_init), muP's
     #    zero query reaches the known fused projections of model=custom (GPT-2's and nanoGPT's c_attn).
     REVISION: ClassVar[int] = 2
-    # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier.
-    PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult",)
+    # May vary across a job's runs (grid.param.output_mult): a (K,) readout multiplier, a (K,) attention factor
+    # (model=transformer; a published model's attention takes one per job).
+    PER_RUN: ClassVar[tuple[str, ...]] = ("output_mult", "attn_mult")
     # Keys that act only on attention logits: set on a model without attention, refused (`validate`).
     ATTENTION_KEYS: ClassVar[tuple[str, ...]] = ("attn_mult",)
 

@@ -119,10 +119,12 @@ def kappa(base_batch_size: int, base_steps: int, batch_size: int, steps: int) ->
     return base_steps / steps
 
 
-def check(param, optim, *, batch_size: int, steps: int, grid: tuple[str, list[float]] | None = None) -> None:
+def check(param, optim, *, batch_size: int, steps: int, grid: tuple[str, list[float]] | None = None,
+          own: dict[str, list[float]] | None = None) -> None:
     """The rule's keys, and the betas it makes for this job's batch and steps: each in (0, 1) where
     the configured one is (a large kappa pushes 1 - beta past 1: one line naming the batch and steps
-    that do it). `grid`: the job's per-run key and values (grid.optim.beta1=[...]), each checked."""
+    that do it). `grid`: the job's per-run key and values (grid.optim.beta1=[...]), each checked;
+    `own`: the tensors' own betas (hp.<role>.beta1: key -> its values), each checked too."""
     e = exponent(getattr(param, "sde_rule", "none"))
     for key in ("base_batch_size", "base_steps"):
         value = getattr(param, key, 1)
@@ -136,7 +138,9 @@ def check(param, optim, *, batch_size: int, steps: int, grid: tuple[str, list[fl
         if not hasattr(optim, name):
             continue
         values = grid[1] if grid is not None and grid[0] == f"optim.{name}" else [getattr(optim, name)]
-        for beta in values:
+        keyed = [(f"optim.{name}", b) for b in values]
+        keyed += [(k, b) for k, bs in (own or {}).items() if k.endswith(f".{name}") for b in bs]
+        for key, beta in keyed:
             new = scaled_beta(beta, rule.beta)
             # 0 within rounding (beta1 0.9 at kappa 10: 2e-16) is 0: no moment left
             if TINY < new < 1 or (new == 0 and beta == 0):
@@ -144,9 +148,9 @@ def check(param, optim, *, batch_size: int, steps: int, grid: tuple[str, list[fl
             if new <= TINY:
                 why = (f"pushes {name}={beta:g} to {0.0 if abs(new) <= TINY else new:.4g} (it stays in (0, 1) "
                        f"while train.steps > {math.floor(param.base_steps * (1 - beta) + 1e-9)}); use more steps, "
-                       f"a smaller param.base_steps or an optim.{name} nearer 1")
+                       f"a smaller param.base_steps or {key} nearer 1")
             else:
-                why = f"rounds {name}={beta:g} to 1; use fewer steps, a larger param.base_steps or a smaller optim.{name}"
+                why = f"rounds {name}={beta:g} to 1; use fewer steps, a larger param.base_steps or a smaller value of {key}"
             raise ConfigError(f"param.sde_rule={param.sde_rule} at train.batch_size={batch_size}, train.steps={steps}: "
                               f"kappa = {rule.kappa:.4g} (base: {param.base_steps} steps of batch {param.base_batch_size}) "
                               f"{why}")

@@ -124,12 +124,11 @@ class SpectralParam(Parameterization):
         """Each weight's direction rescaled to spectral norm lr x sqrt(fan_out/fan_in) per run,
         each vector's to RMS lr."""
         out = []
-        for s, d in zip(slots, directions):
+        for s, d, rate in zip(slots, directions, self.rates(slots, lr)):  # rate: lr x lr_mult (the SDE rule's, hp.<role>.lr_mult)
             if s.name == "weight":
                 m = as_matrices(s.atom, d)  # (K, a, b): the matrix or its transpose
                 state = self._state.setdefault((s.atom, s.name), {})
-                target = lr * s.lr_mult * spectral_scale(s.atom)  # lr_mult: the SDE rule's (1 without it)
-                out.append(self.spectral.normalize_(m, target, state, self.exact).reshape(d.shape))
+                out.append(self.spectral.normalize_(m, rate * spectral_scale(s.atom), state, self.exact).reshape(d.shape))
             else:
-                out.append(RMS().normalize_(d, lr * s.lr_mult, {}, True))
+                out.append(RMS().normalize_(d, rate, {}, True))
         return out
