@@ -91,8 +91,10 @@ def test_an_interrupted_adaptive_sweep_resumes_to_the_same_records(tmp_path, sho
     assert records(tmp_path / "s") == short_reference  # bit for bit: every job, every run
 
 
+# submitit's local launcher (35 s) is slow: tests/test_launchers.py checks its records equal the in-process ones
 @pytest.mark.parametrize("launcher, module", [("parallel", "hydra_plugins.hydra_joblib_launcher"),
-                                              ("processes", "hydra_plugins.hydra_submitit_launcher")])
+                                              pytest.param("processes", "hydra_plugins.hydra_submitit_launcher",
+                                                           marks=pytest.mark.slow)])
 def test_each_round_is_a_multirun_under_every_local_launcher(tmp_path, short_reference, launcher, module):
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} not installed")

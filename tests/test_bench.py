@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_engine  # noqa: E402
@@ -25,6 +27,7 @@ def test_a_ratio_is_the_median_of_the_rounds_own_ratios_with_their_quartiles():
     assert bench_engine.spread([2.0, 4.0, 1.0, 0.5, 8.0]) == "2.00x [0.75, 6.00]"
 
 
+@pytest.mark.slow  # the whole bench small (20 s); its helpers are checked above
 def test_the_bench_runs_and_prints_the_parts_of_a_step_and_their_ceilings():
     """Both sections at the smallest sizes, one round: the figures are meaningless, the lines are not."""
     done = subprocess.run([sys.executable, "scripts/bench_engine.py", "--bf16-widths", "32", "--transformer-width", "16",

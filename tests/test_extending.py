@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 COPIES = {"param": ("standard", "mystd"), "model": ("mlp", "mymlp"), "optim": ("adam", "myadam")}
 PARAMS = ("standard", "equalized", "mup", "modular")
@@ -29,6 +31,7 @@ def copy_option(pkg: Path, group: str, old: str, new: str) -> None:
         dst.write_text(re.sub(rf"\b{old}\b", new, src.read_text()))
 
 
+@pytest.mark.slow  # a whole option copied and swept (20 s)
 def test_an_option_copied_under_a_new_name_works_with_no_other_file_touched(tmp_path):
     shutil.copytree(ROOT / "lrtransfer", tmp_path / "lrtransfer", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "hydra_plugins", tmp_path / "hydra_plugins", ignore=shutil.ignore_patterns("__pycache__"))

@@ -280,7 +280,9 @@ def _start_and_wait_until_training(tmp_path: Path, launcher: str) -> subprocess.
     return proc
 
 
-@pytest.mark.parametrize("launcher, sig", [("parallel", signal.SIGTERM), ("processes", signal.SIGINT)])
+# the processes launcher's case is slow (40 s): the parallel one keeps the behaviour in every run of the suite
+@pytest.mark.parametrize("launcher, sig", [("parallel", signal.SIGTERM),
+                                           pytest.param("processes", signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_signal_to_the_sweep_checkpoints_its_workers_and_a_rerun_resumes_bit_for_bit(tmp_path, cli, launcher, sig):
     pytest.importorskip({"parallel": "hydra_plugins.hydra_joblib_launcher",
                          "processes": "hydra_plugins.hydra_submitit_launcher"}[launcher])
