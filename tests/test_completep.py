@@ -218,11 +218,17 @@ def test_a_depth_rule_is_refused_on_a_built_in_model_without_residual_branches(m
     ("*.c_attn", "model.branch_outputs=*.c_attn matches transformer.h.0.attn.c_attn, which is not the last Linear of its "
                  "branch transformer.h.0.attn (transformer.h.0.attn.c_proj follows it); it matched "
                  "transformer.h.0.attn.c_attn, transformer.h.1.attn.c_attn: match each branch's last Linear (e.g. '*.c_proj')"),
+    ("*.attn.c_proj", "model.branch_outputs=*.attn.c_proj leaves the branch transformer.h.0.mlp (its Linears: "
+                      "transformer.h.0.mlp.c_fc, transformer.h.0.mlp.c_proj) with no output layer, so a depth rule would "
+                      "scale the other branches and not it"),
+    ("transformer.h.0.*.c_proj", "model.branch_outputs=transformer.h.0.*.c_proj names the branches of 1 of 2 blocks and "
+                                 "not those of transformer.h.1"),
     ("*.c_proj", None),  # each branch's last Linear, once: as the known families' default finds them
 ])
 def test_a_branch_glob_must_name_each_branchs_last_linear_once(nanogpt_over, cli, glob, fragment):
     """A glob matching several Linears of a branch multiplied the branch once per match (only an inspect
-    note listed them); one matching a Linear before its branch's end multiplied no branch output."""
+    note listed them); one matching a Linear before its branch's end multiplied no branch output; one
+    missing some branches (the MLP's, a block's) scaled the rest alone."""
     code, out, err = cli("inspect", *nanogpt_over, *SMALL, "depth=2", "param=completep", f"model.branch_outputs={glob}")
     if fragment is None:
         assert code == 0 and "residual branches end in transformer.h.0.attn.c_proj, transformer.h.0.mlp.c_proj, " in out, err

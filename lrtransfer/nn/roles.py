@@ -243,3 +243,30 @@ def check_branch_glob(layers: list[Layer], found: list[Layer], pattern: str) -> 
             raise ConfigError(f"{said} matches {layer.path}, which is not the last Linear of its branch {branch} "
                               f"({after[0]} follows it); it matched {shown}: match each branch's last Linear "
                               "(e.g. '*.c_proj')")
+    check_branch_cover(linears, found, said, shown)
+
+
+def check_branch_cover(linears: list[str], found: list[Layer], said: str, shown: str) -> None:
+    """A glob must also name every branch: one naming the attention's output and not the MLP's (or
+    block 0's and not the others') would scale some branches by the depth rule and leave the rest,
+    a study of neither rule. Every block like one it covers (the same path with another index) must
+    be covered, and in a covered block every child module holding Linears must hold a named one."""
+    covered = {block_of(layer.path) for layer in found}
+    peers = {block_of(p) for p in linears if block_of(p)}
+    kinds = {re.sub(r"\.\d+$", ".#", b) for b in covered}
+    missed = sorted(b for b in peers - covered if re.sub(r"\.\d+$", ".#", b) in kinds)
+    if missed:
+        raise ConfigError(f"{said} names the branches of {len(covered)} of {len(covered) + len(missed)} blocks and not "
+                          f"those of {missed[0]}; it matched {shown}: match each block's branches (e.g. '*.c_proj')")
+    named = {(block_of(layer.path), layer.path.removeprefix(block_of(layer.path) + ".").split(".")[0]) for layer in found}
+    for block in sorted(covered):
+        children: dict[str, list[str]] = {}
+        for path in linears:
+            rest = path.removeprefix(block + ".")
+            if rest != path and "." in rest:
+                children.setdefault(rest.split(".")[0], []).append(path)
+        for child, paths in children.items():
+            if (block, child) not in named:
+                raise ConfigError(f"{said} leaves the branch {block}.{child} (its Linears: {', '.join(paths[:4])}) "
+                                  f"with no output layer, so a depth rule would scale the other branches and not it; "
+                                  f"it matched {shown}: match each branch's last Linear (e.g. '*.c_proj')")
