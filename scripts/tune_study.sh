@@ -4,8 +4,9 @@
 # model.py as published (karpathy/nanoGPT, its path given: nothing of it is copied), each under completep and
 # under standard, on the embedded text's characters (context 32, batch 8, 100 steps of Adam, one thread).
 # Searched: the global LR, the LR multiplier of the embeddings, the hidden matrices and the vectors (biases and
-# norms), the hidden matrices' init multiplier (and, with --eps, their Adam epsilon multiplier), the weight
-# decay (per step: decay_scaling independent) and the readout's forward multiplier (param.output_mult).
+# norms), the hidden matrices' init multiplier, the Adam epsilon multiplier of the hidden matrices and of the
+# embeddings, the weight decay (per step: decay_scaling independent) and the readout's forward multiplier
+# (param.output_mult).
 # Trust-region search, 3 rounds of 32 points (its LR-only twin as many), the bests confirmed at 3 fresh seeds;
 # the checks at 2 seeds.
 # Usage: scripts/tune_study.sh NANOGPT_DIR [RESULTS_DIR] [which...]   which: transformer-completep,
@@ -18,7 +19,7 @@ shift 2 || shift || true
 WHICH=${*:-transformer-completep transformer-standard nanogpt-completep nanogpt-standard}
 LRT=${LRT:-lrtransfer}
 MODEL="$NANOGPT/model.py"
-EXTRA=${EXTRA:-}  # more search ranges (EXTRA="search.hp.hidden.eps_mult=[0.0625,16]")
+EXTRA=${EXTRA:-}  # more search ranges (EXTRA="search.hp.hidden.beta2=[0.9,0.999]")
 
 data=(data=text data.seq_len=32 data.eval_size=128 train.batch_size=8 train.steps=100 engine.threads=1
   engine.progress=false results_dir="$RESULTS")
@@ -28,7 +29,8 @@ nanogpt=(model=custom "model.target=$MODEL:GPT" "model.config=$MODEL:GPTConfig" 
 completep=(param=completep param.base_width=64 param.base_depth=2)
 standard=(param=standard)
 ranges=("search.lr=[0.000244140625,0.0625]" "search.hp.embedding.lr_mult=[0.125,8]" "search.hp.hidden.lr_mult=[0.125,8]"
-  "search.hp.vector.lr_mult=[0.125,8]" "search.hp.hidden.init_mult=[0.25,4]" "search.optim.weight_decay=[0.00001,0.01]"
+  "search.hp.vector.lr_mult=[0.125,8]" "search.hp.hidden.init_mult=[0.25,4]"
+  "search.hp.hidden.eps_mult=[0.0625,16]" "search.hp.embedding.eps_mult=[0.0625,16]" "search.optim.weight_decay=[0.00001,0.01]"
   "search.param.output_mult=[0.125,8]" search.policy=trust_region search.round_size=32 search.seeds=3)
 
 for w in $WHICH; do
