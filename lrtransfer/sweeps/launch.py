@@ -69,7 +69,7 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
         # failed composition in RUN mode, where any error became "Ambiguous value".
         args.multirun = True
     last_report = None
-    with _caller_state_kept():
+    with _caller_state_kept(), _mode_known(args.multirun):
         _run_hydra(
             args=args,
             args_parser=parser,
@@ -78,6 +78,25 @@ def launch(argv: list[str], action: str = "run", on_round_end=None) -> SweepRepo
             config_name="config",
         )
     return last_report
+
+
+@contextmanager
+def _mode_known(multirun: bool) -> Iterator[None]:
+    """Hydra composes the whole config once only to read `hydra.mode` from it, then again to run; a
+    sweep's mode is MULTIRUN (the config says so, and so does `args.multirun`), so the first
+    composition (half the time of a sweep that is refused, or of a one-job one) is skipped."""
+    if not multirun:
+        yield
+        return
+    from hydra._internal.hydra import Hydra
+    from hydra.types import RunMode
+
+    saved = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: RunMode.MULTIRUN
+    try:
+        yield
+    finally:
+        Hydra.get_mode = saved
 
 
 def _refuse(message: str):
