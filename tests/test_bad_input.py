@@ -889,3 +889,18 @@ def test_bad_import_input(cli, finished, tmp_path, deadline, case, args, fragmen
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (out, err)
     assert fragment.format(**subs) in lines[0], lines[0]
     assert {p: p.read_bytes() for p in finished.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("value", ["2", "0", "'on'"])
+def test_a_boolean_key_in_a_yaml_file_takes_only_a_boolean(cli, tmp_path, value):
+    """`layer_norm: 2` in a study file of the user's own (or an option's file they edited) was read as
+    true without a word, as `model.layer_norm=2` on the command line was before it was refused."""
+    (tmp_path / "study").mkdir()
+    study = tmp_path / "study" / "mine.yaml"
+    study.write_text(f"# @package _global_\ndefaults:\n  - override /model: resnet\nmodel:\n  layer_norm: {value}\n")
+    code, _, err = cli("sweep", "--config-dir", str(tmp_path), "study=mine", *TINY, f"results_dir={tmp_path / 'r'}")
+    shown = {"2": "2", "0": "0", "'on'": "'on'"}[value]
+    assert code == 2 and err == f"error: model.layer_norm: {shown} in {study} is not a boolean; valid: true, false\n", err
+    assert not (tmp_path / "r").exists()
+    study.write_text("# @package _global_\ndefaults:\n  - override /model: resnet\nmodel:\n  layer_norm: true\n")
+    assert cli("sweep", "--config-dir", str(tmp_path), "study=mine", *TINY, "--plan", f"results_dir={tmp_path / 'r'}")[0] == 0

@@ -1,6 +1,6 @@
 """Checks of one group's option against another's (a model that cannot read the data, a
 parameterization's key where the model has nothing it acts on, decay against the grid's top LR,
-the SDE rule's betas at this job's batch and steps), and of the command line's booleans. `validate`
+the SDE rule's betas at this job's batch and steps). `validate`
 runs them once each group's own values are valid.
 """
 
@@ -8,33 +8,10 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from omegaconf import DictConfig, OmegaConf
-
 from lrtransfer import options
 from lrtransfer.config.keys import Config, inner_grid
 from lrtransfer.options import hp
 from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError
-
-
-BOOLEAN_WORDS = ("true", "false")  # a quoted 'true' is still unambiguous
-
-
-def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
-    """A boolean key (any: `fields` typed bool, in every group and section) takes true or false: OmegaConf
-    reads `param.eps_by_width=2` (any number, 'yes', 'on') as true without a word."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import BooleanNode
-
-    for o in OverridesParser.create().parse_overrides(overrides):
-        if o.is_delete() or o.is_sweep_override():
-            continue
-        parent, _, leaf = o.key_or_group.rpartition(".")
-        node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
-        node = node._get_node(leaf) if isinstance(node, DictConfig) and leaf in node else None
-        value = o.value()
-        if isinstance(node, BooleanNode) and not (isinstance(value, bool) or value is None
-                                                  or str(value).lower() in BOOLEAN_WORDS):
-            raise ConfigError(f"{o.key_or_group}={o.get_value_element_as_str()} is not a boolean; valid: true, false")
 
 
 def check_attention_keys(cfg: Config) -> None:

@@ -23,6 +23,7 @@ from lrtransfer.options.schema import (MAX_DEPTH, ConfigError, finite_fields, no
                                       within)
 from lrtransfer.options.trainer import ENGINE_GROUPS
 import lrtransfer.config.combined as combined
+import lrtransfer.config.booleans as booleans
 
 # Sane bounds, refused before any training rather than met as a MemoryError or an overflow.
 MAX_RUNS_PER_JOB = 10_000  # LR grid points x seeds
@@ -323,11 +324,12 @@ def validate(cfg: DictConfig | Config, overrides: list[str] | None = None) -> Co
         if "hydra" in cfg:  # a sweep's job config: drop Hydra's own node, as Hydra does for the task
             if overrides is None:
                 overrides = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
+            booleans.check_yaml_booleans(cfg)
             cfg = copy.deepcopy(cfg)
             with open_dict(cfg):
                 del cfg["hydra"]
         _check_keys(cfg)
-        combined.check_booleans(cfg, overrides or [])
+        booleans.check_booleans(cfg, overrides or [])
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     if not isinstance(cfg, Config):
         raise ConfigError("the config does not follow lrtransfer's schema (conf/config.yaml must list lrtransfer_schema)")
