@@ -181,6 +181,15 @@ def test_summary_plot_report_and_export_read_a_check(tmp_path, cli):
     assert code == 0, err
     figures = sorted(p.name for p in (tmp_path / "fig").glob("*.png"))
     assert any("transfer" in f for f in figures), figures
+    from lrtransfer.analysis.transfer import checks
+    from lrtransfer.analysis import scan
+    from lrtransfer.reporting.tuning import drift_figure
+
+    (check,) = checks(scan(tmp_path).points)
+    fig = drift_figure(check.per_key, check.metric)  # a panel per key, its drift and verdict its title
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == len(check.per_key) and all(t.split("\n")[0] in check.per_key for t in titles), titles
+    assert any("drifts" in t for t in titles) and any("transfers" in t for t in titles), titles
     code, out, err = cli("report", str(tmp_path))
     assert code == 0, err
     html = (tmp_path / "report.html").read_text()

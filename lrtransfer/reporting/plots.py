@@ -156,45 +156,55 @@ def lr_figure(family: list[Group], metric: str = "train_loss", what: str = "lear
 def transfer_figure(family: list[Group], metric: str = "train_loss", what: str = "learning rate"):
     """Optimal log2 LR (or `what`) against log2 scale, a line per group, fitted drift with its 95% band."""
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
+        kinds = {k for g in family for k in g.optimum}
+        entries = len(family) + len(kinds & {EDGE_LOW, EDGE_HIGH})
+        # the legend sits below the axes, a line an entry: the figure grows with it, the axes keep their height
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.0 + 0.17 * entries), layout="constrained")
         palette = plt.get_cmap("tab10")
-        labels = panel_labels(family)
+        for j, (g, label) in enumerate(zip(family, panel_labels(family))):
+            draw_optima(ax, g, palette(j % 10), f"{label}: " if label else "")
         scales = sorted({s for g in family for s in g.scales})
-        for j, (g, label) in enumerate(zip(family, labels)):
-            color = palette(j % 10)
-            x = np.log2(np.array(g.scales, dtype=float))
-            for i in range(len(g.scales)):
-                y = g.best_log2_lr[i]
-                if y is None:
-                    continue
-                if g.optimum[i] in (EDGE_LOW, EDGE_HIGH):  # not located: the optimum lies beyond
-                    ax.scatter([x[i]], [y], marker="v" if g.optimum[i] == EDGE_LOW else "^", s=26,
-                               facecolor="white", edgecolor=color, zorder=5)
-                    continue
-                ci = g.best_log2_lr_ci[i]
-                yerr = None if ci is None else [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
-                ax.errorbar([x[i]], [y], yerr=yerr, color=color, marker="o", markersize=3.5, capsize=2,
-                            elinewidth=0.8, zorder=5)
-            name = f"{label}: " if label else ""
-            if g.fit is not None:
-                bx = g.fit.band_x
-                ax.plot(bx, g.fit.intercept + g.fit.slope * bx, color=color, label=name + drift_words(g))
-                if np.isfinite(g.fit.band_lo).all():
-                    ax.fill_between(bx, g.fit.band_lo, g.fit.band_hi, color=color, alpha=0.18, linewidth=0)
-            else:
-                ax.plot([], [], color=color, label=name + drift_words(g))
         ax.set_xticks(np.log2(scales), [str(s) for s in scales])
         ax.set_xlabel(f"{family[0].axis} (log scale)")
         ax.set_ylabel(f"optimal log$_2$ {what}")
         handles, _ = ax.get_legend_handles_labels()
-        kinds = {k for g in family for k in g.optimum}
-        for kind, marker, edge, side in ((EDGE_LOW, "v", "lowest", "below"), (EDGE_HIGH, "^", "highest", "above")):
-            if kind in kinds:
-                handles.append(Line2D([], [], ls="", marker=marker, markerfacecolor="white", markeredgecolor="grey",
-                                      markersize=5, label=f"best at the grid's {edge} LR: optimum {side}, not fitted"))
-        fig.legend(handles=handles, frameon=False, loc="outside lower center")
+        fig.legend(handles=handles + edge_handles(kinds, what), frameon=False, loc="outside lower center")
         fig.suptitle(f"{description(family)}\noptimum of the {LABELS.get(metric, metric)}; 95% intervals")
     return fig
+
+
+def draw_optima(ax, g: Group, color, name: str = "") -> None:
+    """A group's optimum per scale (with its interval; an open triangle where the optimum lies past the
+    grid's edge) and its fitted drift line with the 95% band, labelled `name` + the drift in words."""
+    x = np.log2(np.array(g.scales, dtype=float))
+    for i in range(len(g.scales)):
+        y = g.best_log2_lr[i]
+        if y is None:
+            continue
+        if g.optimum[i] in (EDGE_LOW, EDGE_HIGH):  # not located: the optimum lies beyond
+            ax.scatter([x[i]], [y], marker="v" if g.optimum[i] == EDGE_LOW else "^", s=26,
+                       facecolor="white", edgecolor=color, zorder=5)
+            continue
+        ci = g.best_log2_lr_ci[i]
+        yerr = None if ci is None else [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
+        ax.errorbar([x[i]], [y], yerr=yerr, color=color, marker="o", markersize=3.5, capsize=2,
+                    elinewidth=0.8, zorder=5)
+    if g.fit is not None:
+        bx = g.fit.band_x
+        ax.plot(bx, g.fit.intercept + g.fit.slope * bx, color=color, label=name + drift_words(g))
+        if np.isfinite(g.fit.band_lo).all():
+            ax.fill_between(bx, g.fit.band_lo, g.fit.band_hi, color=color, alpha=0.18, linewidth=0)
+    else:
+        ax.plot([], [], color=color, label=name + drift_words(g))
+
+
+def edge_handles(kinds: set, what: str = "learning rate") -> list:
+    """The legend's entries for the open triangles `draw_optima` drew (`kinds`: the groups' optimum kinds)."""
+    point = "LR" if what == "learning rate" else "factor"
+    return [Line2D([], [], ls="", marker=marker, markerfacecolor="white", markeredgecolor="grey", markersize=5,
+                   label=f"best at the grid's {edge} {point}: optimum {side}, not fitted")
+            for kind, marker, edge, side in ((EDGE_LOW, "v", "lowest", "below"), (EDGE_HIGH, "^", "highest", "above"))
+            if kind in kinds]
 
 
 def curves_figure(family: list[Group], log2_lr: float | None = None, window: int = 9):

@@ -6,7 +6,8 @@
 - `check`: for each tuned key, the loss against the log2 of the factor it was scanned by (0: the
   tuned value), a line per scale, each scale's optimum marked (the LR figure of `plots`, read with
   the factor for the LR);
-- `check-drift`: each key's optimal factor against the scale, with its fitted drift and 95% band.
+- `check-drift`: each key's optimal factor against the scale, with its fitted drift and 95% band, a
+  panel per key (one axes for nine keys' bands is unreadable).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np  # noqa: E402
 
 from lrtransfer.analysis.transfer import Check  # noqa: E402
 from lrtransfer.analysis.tuning import BASELINE, SEARCH, Search  # noqa: E402
-from lrtransfer.reporting.plots import lr_figure, transfer_figure  # noqa: E402
+from lrtransfer.reporting.panels import description  # noqa: E402
+from lrtransfer.reporting.plots import draw_optima, edge_handles, lr_figure  # noqa: E402
 from lrtransfer.reporting.style import COLUMN_WIDTH, LABELS, STYLE, save  # noqa: E402
 
 FACTOR = "factor (x the tuned value)"
@@ -88,6 +90,39 @@ def progress_figure(s: Search):
     return fig
 
 
+def drift_figure(per_key: dict, metric: str):
+    """Each key's optimal log2 factor against the scale: a panel per key, its drift and verdict above it."""
+    keys = list(per_key)
+    with plt.rc_context(STYLE):
+        ncols = min(len(keys), 4)
+        nrows = math.ceil(len(keys) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols + 0.3, 2.0 * nrows + 0.7), sharey=True,
+                                 squeeze=False, layout="constrained")
+        for ax in axes.flat[len(keys):]:
+            ax.set_visible(False)
+        located = [y for g in per_key.values() for y in g.best_log2_lr if y is not None]
+        for ax, key in zip(axes.flat, keys):
+            g = per_key[key]
+            draw_optima(ax, g, "tab:blue")
+            handles, labels = ax.get_legend_handles_labels()
+            ax.set_title(f"{key}\n{labels[0] if labels else ''}")
+            ax.axhline(0.0, color="grey", linewidth=0.6, linestyle=":")
+            scales = list(g.scales)
+            ax.set_xticks(np.log2(scales), [str(s) for s in scales])
+            ax.set_xlabel(g.axis)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("optimal log$_2$ factor")
+        if located:  # a scan's factors: a band far past its ends says nothing more
+            axes.flat[0].set_ylim(min(located) - 0.6, max(located) + 0.6)
+        kinds = {k for g in per_key.values() for k in g.optimum}
+        if edge_handles(kinds, FACTOR):
+            fig.legend(handles=edge_handles(kinds, FACTOR), frameon=False, loc="outside lower center")
+        family = list(per_key.values())
+        fig.suptitle(f"{description(family)}\neach key's optimum (x the tuned value; dotted: the tuned value) "
+                     f"of the {LABELS.get(metric, metric)}; 95% intervals")
+    return fig
+
+
 def figures(searches: list[Search], checks: list[Check]) -> Iterator[tuple[str, object]]:
     """(file stem, figure) of every search and check; the caller closes them."""
     for s in searches:
@@ -100,7 +135,7 @@ def figures(searches: list[Search], checks: list[Check]) -> Iterator[tuple[str, 
         if not family:
             continue
         yield f"{c.study}-transfer-check-{c.axis}", lr_figure(family, c.metric, FACTOR)
-        yield f"{c.study}-transfer-check-drift-{c.axis}", transfer_figure(family, c.metric, FACTOR)
+        yield f"{c.study}-transfer-check-drift-{c.axis}", drift_figure(c.per_key, c.metric)
 
 
 def save_figures(searches: list[Search], checks: list[Check], out: Path) -> list[Path]:
