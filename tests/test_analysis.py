@@ -596,3 +596,19 @@ def test_a_resampled_curve_diverges_wherever_a_seed_it_drew_diverged(tmp_path):
     (g,) = analysis.groups(analysis.load_runs(tmp_path))
     assert g.best_log2_lr[0] == -6 and g.optimum[0] == analysis.NEAR_DIVERGENCE
     assert g.best_log2_lr_ci[0] == pytest.approx([-6.0, -6.0])
+
+
+@pytest.mark.parametrize("newer, groups", [({"sde_rule": "none", "base_steps": 300, "base_batch_size": 64}, 1),
+                                            ({"sde_rule": "sde", "base_steps": 300, "base_batch_size": 64}, 2)])
+def test_a_record_from_before_a_key_existed_groups_with_the_keys_old_value(tmp_path, newer, groups):
+    """u-muP's depth study: depths 2..8 recorded before `param.sde_rule` existed, depth 16 after, at
+    `none` (what the older jobs computed, and the same ids): depth 16 was a group of its own, with no
+    drift. A newer record at another value (`sde`) computes something else and stays apart."""
+    for i, w in enumerate(WIDTHS):
+        keys = {"base_width": 64} if i < 3 else {"base_width": 64, **newer}
+        for s in range(2):
+            fake_record(tmp_path, width=w, param="mup", seed=s, optimum=-6.0, param_keys=keys)
+    found = analysis.groups(analysis.load_runs(tmp_path))
+    assert len(found) == groups, [g.scales for g in found]
+    if groups == 1:
+        assert found[0].scales == WIDTHS and found[0].verdict == "transfers"

@@ -189,7 +189,7 @@ def table(records: Iterable[dict]) -> pd.DataFrame:
 def _frame(rows: list[dict]) -> pd.DataFrame:
     # object columns keep each config value as the record wrote it: an integer key
     # that some parameterizations lack stays an integer, not a float beside NaNs
-    df = _legacy_inputs(pd.DataFrame(rows, dtype=object))
+    df = _legacy_defaults(_legacy_inputs(pd.DataFrame(rows, dtype=object)))
     if not df.empty:
         for m in ("run_seed", "lr", "log2_lr", "initial_loss", "grid_value", *METRICS, *SCALE_AXES):
             if m in df.columns:
@@ -208,6 +208,33 @@ def _legacy_inputs(df: pd.DataFrame) -> pd.DataFrame:
         if key in df.columns and not (df[col].notna() & df[key].notna()).any():  # a data path is kept beside its content
             df[col] = df[col].where(df[col].notna(), df[key])
             df = df.drop(columns=key)
+    return df
+
+
+def _legacy_defaults(df: pd.DataFrame) -> pd.DataFrame:
+    """A key added to an option after some of a study's jobs ran (`param.sde_rule`) is missing from
+    their records and set in the newer ones: where it is at the value the older jobs computed with
+    (`config.added_values`), the two are one group, as their ids say, not two. Only an option whose
+    records partly lack a key of its own is looked up (the lookup imports the options, and torch)."""
+    from lrtransfer.options import GROUPS
+
+    def missing(v) -> bool:  # a key the record lacks (NaN), told apart from one set to null (None)
+        return isinstance(v, float) and math.isnan(v)
+
+    for col in [c for c in df.columns if c.partition(".")[0] in GROUPS and not c.endswith(".name")]:
+        group, _, key = col.partition(".")
+        owner = f"{group}.name"
+        if owner not in df.columns or "." in key:
+            continue
+        lacks = df[col].map(missing)
+        if not lacks.any() or lacks.all():
+            continue
+        for name in set(df.loc[lacks, owner]) & set(df.loc[~lacks, owner]):
+            from lrtransfer.config import added_values
+
+            values = added_values(group, name)
+            if key in values:
+                df.loc[lacks & (df[owner] == name), col] = values[key]
     return df
 
 

@@ -9,7 +9,7 @@ What this folder may import: `options/` (each option's typed options, found by n
 the diagnostics and the analysis all read the config through here.
 """
 
-from lrtransfer.config.identity import activation_of, inputs, model_activation, recorded, semantic
+from lrtransfer.config.identity import activation_of, added_values, inputs, model_activation, recorded, semantic
 from lrtransfer.config.keys import (
     RUN_SETTINGS,
     Config,
@@ -34,7 +34,7 @@ from lrtransfer.config.keys import (
 from lrtransfer.config.validate import MAX_DEPTH, MAX_RUNS_PER_JOB, validate
 from lrtransfer.options.schema import ConfigError
 
-__all__ = ["Config", "ConfigError", "DType", "Engine", "LRGrid", "RUN_SETTINGS", "Schedule", "Train", "activation_of",
+__all__ = ["Config", "ConfigError", "DType", "Engine", "LRGrid", "RUN_SETTINGS", "Schedule", "Train", "activation_of", "added_values",
            "default_grid", "flatten", "grid_schema", "inner_grid", "inputs", "model_activation", "per_run_keys", "register",
            "run_steps", "runs_per_job", "has_points", "search_ranges", "tuned_keys", "varied_keys",
            "recorded", "semantic", "validate", "MAX_DEPTH", "MAX_RUNS_PER_JOB"]

@@ -7,6 +7,7 @@ same folder whatever launcher, device, tracker or results folder ran it.
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -163,3 +164,14 @@ def _hp_where_set(config: dict) -> dict:
     if isinstance(search, dict) and not (search.get("enabled") or search.get("transfer_from")):
         out.pop("search")  # read only by a search or a transfer check
     return out
+
+
+def added_values(group: str, name: str) -> dict[str, Any]:
+    """The keys of option `name` of `group` that jobs ran without (`schema.added`, `schema.inert`), each
+    at the value those jobs computed with: what a record written before the key existed means by
+    lacking it. Scans the options (and so imports torch): readers call it only for such records."""
+    schema = options.of(group).get(name)
+    if schema is None:
+        return {}
+    return {f.name: f.metadata["before"] if f.metadata.get("added") else f.default
+            for f in fields(schema) if f.metadata.get("added") or f.metadata.get("inert")}
