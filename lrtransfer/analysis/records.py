@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lrtransfer.config import inner_grid
+from lrtransfer.config import added_values, inner_grid
 from lrtransfer.errors import UserError
 from lrtransfer.store import IMPORTED, RECORD_NAME, RecordError, read_record
 
@@ -226,12 +226,12 @@ def _legacy_defaults(df: pd.DataFrame) -> pd.DataFrame:
         owner = f"{group}.name"
         if owner not in df.columns or "." in key:
             continue
+        if not df[col].isna().any():  # the common case, vectorised: no row lacks it (NaN) or holds null
+            continue
         lacks = df[col].map(missing)
         if not lacks.any() or lacks.all():
             continue
         for name in set(df.loc[lacks, owner]) & set(df.loc[~lacks, owner]):
-            from lrtransfer.config import added_values
-
             values = added_values(group, name)
             if key in values:
                 df.loc[lacks & (df[owner] == name), col] = values[key]

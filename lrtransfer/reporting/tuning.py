@@ -31,18 +31,23 @@ from lrtransfer.reporting.style import COLUMN_WIDTH, LABELS, STYLE, save  # noqa
 FACTOR = "factor (x the tuned value)"
 
 
+def _panels(n: int, width: float, height: float, pad_w: float, pad_h: float):
+    """A figure of n panels sharing y, 4 a row (the spare ones hidden); its axes as a 2-d array."""
+    ncols = min(n, 4)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols + pad_w, height * nrows + pad_h), sharey=True,
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
 def search_figure(s: Search):
     """Loss against each searched key (and the LR), a dot per point, coloured by round."""
     pts = s.points
     keys = ["log2_lr", *s.keys]
     with plt.rc_context(STYLE):
-        n = len(keys)
-        ncols = min(n, 4)
-        nrows = math.ceil(n / ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(2.2 * ncols + 0.6, 2.1 * nrows + 0.4), sharey=True,
-                                 squeeze=False, layout="constrained")
-        for ax in axes.flat[n:]:
-            ax.set_visible(False)
+        fig, axes = _panels(len(keys), 2.2, 2.1, 0.6, 0.4)
         mine, base = pts[pts["arm"] == SEARCH], pts[pts["arm"] == BASELINE]
         finite = np.isfinite(pts["loss"].astype(float))
         y = pts.loc[finite, "loss"].astype(float)
@@ -94,17 +99,12 @@ def drift_figure(per_key: dict, metric: str):
     """Each key's optimal log2 factor against the scale: a panel per key, its drift and verdict above it."""
     keys = list(per_key)
     with plt.rc_context(STYLE):
-        ncols = min(len(keys), 4)
-        nrows = math.ceil(len(keys) / ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols + 0.3, 2.0 * nrows + 0.7), sharey=True,
-                                 squeeze=False, layout="constrained")
-        for ax in axes.flat[len(keys):]:
-            ax.set_visible(False)
+        fig, axes = _panels(len(keys), 2.3, 2.0, 0.3, 0.7)
         located = [y for g in per_key.values() for y in g.best_log2_lr if y is not None]
         for ax, key in zip(axes.flat, keys):
             g = per_key[key]
             draw_optima(ax, g, "tab:blue")
-            handles, labels = ax.get_legend_handles_labels()
+            _, labels = ax.get_legend_handles_labels()
             ax.set_title(f"{key}\n{labels[0] if labels else ''}")
             ax.axhline(0.0, color="grey", linewidth=0.6, linestyle=":")
             scales = list(g.scales)

@@ -58,6 +58,7 @@ class Parameterization:
     name = "standard"
     base_width: int | None = None  # the width its rules are relative to (muP's); None: no base (SP)
     attention_rule = ""  # its attention rule in words, for notes (empty: "param=NAME's attention rule")
+    adaptive_only = False  # its rules are for Adam-type updates (ADAPTIVE) alone: any other refused
 
     # The job's per-module hyperparameters (`hp.<role>.<name>`), applied on top of this rule's own
     # multipliers (`slots`, `decays`, `initialize`); none by default. Set by the builder (`tuned`).
@@ -65,6 +66,9 @@ class Parameterization:
 
     def __init__(self, options, *, width: int, update: str, depth: int | None = None,
                  batch_size: int | None = None, steps: int | None = None) -> None:
+        if self.adaptive_only and update != ADAPTIVE:
+            raise ConfigError(f"param={self.name} has rules for Adam-type optimizers only (their updates are "
+                              f"{ADAPTIVE}), not for one whose updates are {update}; use optim=adam")
         self.options, self.width, self.update, self.depth = options, width, update, depth
         # param.sde_rule for the job's batch and steps (`sde.py`): its factors on every tensor's LR,
         # betas, epsilon and decay, on top of this rule's own (all 1 without the rule or at its base)

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from lrtransfer.nn import HIDDEN, Atom, Slot
 from lrtransfer.options.param.mup import MuP, MupOptions
-from lrtransfer.options.schema import ADAPTIVE, MAX_DEPTH, ConfigError, positive, within
+from lrtransfer.options.schema import MAX_DEPTH, ConfigError, positive, within
 
 
 @dataclass
@@ -62,11 +62,9 @@ OPTIONS = CompletePOptions
 
 class CompleteP(MuP):
     name = "completep"
+    adaptive_only = True
 
     def __init__(self, options: CompletePOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
-        if update != ADAPTIVE:
-            raise ConfigError(f"param=completep has rules for Adam-type optimizers only (their updates are "
-                              f"{ADAPTIVE}), not for one whose updates are {update}; use optim=adam")
         super().__init__(options, width=width, update=update, depth=depth, **job)
         self.alpha, self.base_depth = options.alpha, options.base_depth
         self.L = (depth if depth is not None else options.base_depth) / options.base_depth

@@ -196,11 +196,9 @@ def per_value(fn: Callable[..., float], *args: float | Tensor) -> float | Tensor
 class Umup(Parameterization):
     name = "umup"
     attention_rule = "u-muP's attn_mult / d_head attention scale"
+    adaptive_only = True
 
     def __init__(self, options: UmupOptions, *, width: int, update: str, depth: int | None = None, **job) -> None:
-        if update != ADAPTIVE:
-            raise ConfigError(f"param=umup has rules for Adam-type optimizers only (their updates are {ADAPTIVE}), "
-                              f"not for one whose updates are {update}; use optim=adam")
         super().__init__(options, width=width, update=update, depth=depth, **job)
         self.act_mult, self.attn_mult, self.loss_mult = options.act_mult, options.attn_mult, options.loss_mult
         self.residual_mult, self.residual_attn_ratio = options.residual_mult, options.residual_attn_ratio
