@@ -5,8 +5,11 @@ hyperparameters (`hp.<role>.<name>`, the global LR, the weight decay, the output
 one ensemble. Measured here, at --width, for K = --points vectors drawn as `lrtransfer tune`
 draws a random round:
 
-  1. the batched ensemble of the K vectors against one run at a time (the reference path, a
-     plain loop's: an ensemble of one, one vector after another), as run-steps per second;
+  1. the batched ensemble of the K vectors against one run at a time: each vector a job of its own,
+     configured to its values (what a loop of jobs runs, the fused kernel taking its Adam settings),
+     one after another; and against each vector as an ensemble of one (its values per run, the
+     path a batched run takes: slower where per-run settings cost more than a job's own, and the
+     reference of this script's figures before 2026-11-29's second session); as run-steps per second;
   2. the same ensemble against a plain LR-only ensemble of the same K (its runs differ in the
      LR alone, no per-run key, no weight decay), and against an LR-only ensemble whose job sets
      the first vector's values once (the same work per step, weight decay included): what
@@ -15,8 +18,8 @@ draws a random round:
 Steady-state steps are timed after warm-up, the modes interleaved over --rounds rounds and
 summarised by medians, each ratio also as the median of the rounds' own ratios with their
 quartiles (`bench_engine.py`'s method: a machine shared with other work slows every mode
-alike). One run at a time is timed on --alone of the K vectors, each its own ensemble of one
-(every vector costs the same steps: its rate is the rate of all K, one after another).
+alike). One run at a time is timed on --alone of the K vectors (every vector costs the same
+steps: its rate is the rate of all K, one after another).
 
     python scripts/bench_tune.py                          # transformer and MLP at width 64, K = 256
     python scripts/bench_tune.py --models mlp --points 64 --rounds 3
@@ -81,6 +84,8 @@ def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: floa
              "LR only, one vector per job": stepper(ensemble([*over, *scalars], plain), seconds)}
     picks = [int(i) for i in np.linspace(0, K - 1, alone)]
     for i in picks:
+        own = [f"{k}={v}" for k, v in runs[i].grid]
+        modes[f"vector {i}, a job"] = stepper(ensemble([*over, *own], [Run(log2_lr=runs[i].log2_lr, seed=0)]), seconds / 4)
         modes[f"vector {i}, alone"] = stepper(ensemble(over, [runs[i]]), seconds / 4)
     t = each_round(modes, torch.device("cpu"), rounds)
 
@@ -89,15 +94,20 @@ def bench(model: str, width: int, K: int, alone: int, rounds: int, seconds: floa
 
     batched, lr_only = rate("vectors, batched", K), rate("LR only, batched", K)
     same = rate("LR only, one vector per job", K)
-    # one at a time: each round's mean seconds per run-step over the sampled vectors
-    alone_rate = [1 / statistics.mean(1 / rate(f"vector {i}, alone", 1)[r] for i in picks) for r in range(rounds)]
-    speed = [b / a for b, a in zip(batched, alone_rate)]
+    def one_at_a_time(how: str) -> list[float]:  # each round's mean seconds per run-step over the sampled vectors
+        return [1 / statistics.mean(1 / rate(f"vector {i}, {how}", 1)[r] for i in picks) for r in range(rounds)]
+
+    job_rate, alone_rate = one_at_a_time("a job"), one_at_a_time("alone")
+    speed = [b / a for b, a in zip(batched, job_rate)]
+    speed_alone = [b / a for b, a in zip(batched, alone_rate)]
     cost = [lr / b - 1 for lr, b in zip(lr_only, batched)]
     per_run = [x / b - 1 for x, b in zip(same, batched)]
     print(f"{model} width {width}, K = {K} vectors ({len(runs[0].grid)} keys per run beside the LR), "
           f"{torch.get_num_threads()} thread(s), {rounds} rounds:")
-    print(f"  batched: {statistics.median(batched):,.0f} run-steps/s; one at a time ({alone} of the vectors, alone): "
-          f"{statistics.median(alone_rate):,.0f} run-steps/s -> batched {spread(speed)} as fast")
+    print(f"  batched: {statistics.median(batched):,.0f} run-steps/s; one at a time ({alone} of the vectors, each a job "
+          f"configured to it): {statistics.median(job_rate):,.0f} run-steps/s -> batched {spread(speed)} as fast")
+    print(f"  (each vector as an ensemble of one: {statistics.median(alone_rate):,.0f} run-steps/s -> batched "
+          f"{spread(speed_alone)} as fast)")
     print(f"  LR-only ensemble of the same K: {statistics.median(lr_only):,.0f} run-steps/s -> per-run vectors cost "
           f"{100 * statistics.median(cost):+.1f}% [{100 * min(statistics.quantiles(cost, n=4) if rounds > 1 else cost):+.1f}, "
           f"{100 * max(statistics.quantiles(cost, n=4) if rounds > 1 else cost):+.1f}] per run-step")

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lrtransfer.options.optim import kernels
+from lrtransfer.options.optim import along, kernels, native
 
 
 def plain(grads_seq, dtype):
@@ -126,9 +126,12 @@ def test_per_tensor_and_per_run_betas_and_epsilon(monkeypatch, fused):
     assert not torch.allclose(out[1][0], other)
 
 
-def test_the_along_update_is_the_direction_path_with_its_rate_and_decay():
-    """`adam_update_along_` (each run its own settings, the rate folded into the denominator) against
-    directions, then w <- (1 - decay) w - rate d; a run at rate 0 (frozen) keeps its weights exactly."""
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_the_along_update_is_the_direction_path_with_its_rate_and_decay(monkeypatch, compiled):
+    """`along.update_` (each run its own settings, the rate folded into the denominator) against
+    directions, then w <- (1 - decay) w - rate d; a run at rate 0 (frozen) keeps its weights exactly.
+    Both ways: the compiled pass (`native`) and PyTorch's operations."""
+    monkeypatch.setenv("LRTRANSFER_NATIVE", compiled)
     gen = torch.Generator().manual_seed(3)
     K, shapes = 3, [(3, 4, 5), (3, 5)]
     b1 = [(0.5, 0.8, 0.95), 0.9]
@@ -143,7 +146,7 @@ def test_the_along_update_is_the_direction_path_with_its_rate_and_decay():
     out = [torch.empty(s, dtype=torch.float64) for s in shapes]
     for t, grads in enumerate(grads_seq, 1):
         step = torch.tensor(float(t))
-        kernels.adam_update_along_(w, grads, state[0], state[1], step, b1, b2, eps, rates, decays, [None, None])
+        along.update_(w, grads, state[0], state[1], step, along.RunSettings(b1, b2, eps, K), rates, decays, [None, None])
         kernels.adam_directions_(out, grads, state[2], state[3], step, b1, b2, eps)
         for x, d, r, dec in zip(want, out, rates, decays):
             view = [-1] + [1] * (x.dim() - 1)
@@ -152,3 +155,58 @@ def test_the_along_update_is_the_direction_path_with_its_rate_and_decay():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
         assert torch.equal(a[1], a0[1])  # the frozen run
         assert not torch.equal(a[0], a0[0])
+
+
+def compiled_or_skip() -> None:
+    if native.library() is None:
+        pytest.skip("no C compiler here: the compiled pass cannot be built (PyTorch's operations serve)")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_pass_is_pytorchs_arithmetic(monkeypatch, dtype):
+    """`along.c` against the same step in PyTorch's operations, the update and the direction, each run
+    at its own beta1, beta2 (both sides of lerp's 0.5), epsilon, rate (one frozen) and decay: equal
+    to a rounding or two, never further (a swapped coefficient or a dropped term is far off)."""
+    compiled_or_skip()
+    gen = torch.Generator().manual_seed(4)
+    K, shapes = 4, [(4, 3, 5), (4, 7)]
+    b1 = [(0.3, 0.8, 0.95, 0.6), 0.9]
+    b2 = [0.99, (0.2, 0.9, 0.999, 0.7)]
+    eps = [(1e-1, 1e-3, 1e-8, 1e-2), 1e-3]
+    settings = along.RunSettings(b1, b2, eps, K)
+    rates = [torch.tensor([1e-2, 0.0, 3e-3, 1e-1], dtype=dtype)] * 2
+    decays = [torch.tensor([1e-3, 0.0, 2e-2, 0.1], dtype=dtype)] * 2
+    w0 = [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+    grads_seq = [[torch.randn(s, generator=gen, dtype=dtype) for s in shapes] for _ in range(4)]
+    result = {}
+    for compiled in ("1", "0"):
+        monkeypatch.setenv("LRTRANSFER_NATIVE", compiled)
+        w, m, v = [x.clone() for x in w0], [torch.zeros_like(x) for x in w0], [torch.zeros_like(x) for x in w0]
+        out, m2, v2 = [torch.empty_like(x) for x in w0], [torch.zeros_like(x) for x in w0], [torch.zeros_like(x) for x in w0]
+        for t, grads in enumerate(grads_seq, 1):
+            step = torch.tensor(float(t))
+            along.update_(w, grads, m, v, step, settings, rates, decays, [None, None])
+            along.directions_(out, grads, m2, v2, step, settings)
+        result[compiled] = w + m + v + out
+    tol = {torch.float32: 1e-6, torch.float64: 1e-14}[dtype]
+    for a, b in zip(result["1"], result["0"]):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_the_small_tensors_with_per_run_settings_take_the_compiled_pass(monkeypatch):
+    """`plan` sends the small tensors whose settings differ between runs, and only those, to `along`,
+    which runs `along.c` on each (so a change that quietly falls back to the eight-pass formula
+    shows here)."""
+    compiled_or_skip()
+    seen = []
+    real = native.adam_along_
+    monkeypatch.setattr(native, "adam_along_", lambda *a: (seen.append(a[2].shape), real(*a))[1])
+    shapes = [(3, 4, 5), (3, 5)]
+    w = [torch.randn(s) for s in shapes]
+    grads = [torch.randn(s) for s in shapes]
+    calls = kernels.plan([(0.5, 0.8, 0.9), 0.9, 0.9], [0.99, (0.9, 0.99, 0.999), 0.99], [1e-8] * 3, 3, small=[0, 1, 2])
+    (call,) = [c for c in calls if c.how == kernels.EVERY_RUN]
+    assert call.tensors == [0, 1]  # the third shares its settings: the fused kernel's
+    along.update_(w, grads, [torch.zeros_like(x) for x in w], [torch.zeros_like(x) for x in w], torch.tensor(1.0),
+                  call.runs, [torch.full((3,), 1e-3)] * 2, None, [None, None])
+    assert seen == [torch.Size([3, 4, 5]), torch.Size([3, 5])]

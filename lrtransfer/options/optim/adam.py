@@ -17,8 +17,9 @@ from torch import Tensor
 
 from lrtransfer.nn.linalg import run_view
 from lrtransfer.options.optim import passes
-from lrtransfer.options.optim.kernels import (EVERY_RUN, CountsSteps, Setting, adam_directions_, adam_update_,
-                                             adam_update_along_, along, at, plan)
+from lrtransfer.options.optim import along
+from lrtransfer.options.optim.kernels import (EVERY_RUN, CountsSteps, Setting, adam_directions_, adam_update_, at, per_run,
+                                             plan)
 from lrtransfer.options.schema import ADAPTIVE, DecayScaling, Grid, added, in_unit, non_negative, positive, scaled_beta
 
 
@@ -136,15 +137,15 @@ class Optimizer(CountsSteps):
         moments stay as they are. rate, decay (None: none): (K,) on the device (`training/skips.py`)."""
         w, m, v = self.tensors[i], self.m[i], self.v[i]
         g, keep = passes.like(grad, w), run_view(used, w)
-        per_run = lambda x: run_view(x.to(w.dtype), w)  # noqa: E731
-        count = per_run(steps.clamp(min=1))
-        b1, b2, eps = (along(x[i], w) for x in (self.beta1, self.beta2, self.eps))
+        shaped = lambda x: run_view(x.to(w.dtype), w)  # noqa: E731
+        count = shaped(steps.clamp(min=1))
+        b1, b2, eps = (per_run(x[i], w) for x in (self.beta1, self.beta2, self.eps))
         m1 = m.lerp(g, 1 - b1)
         v1 = v.mul(b2)
         v1 = v1.addcmul_(g, g, value=1 - b2) if not isinstance(b2, Tensor) else v1.addcmul_(g * (1 - b2), g)
         denom = v1.sqrt().div_((1 - b2**count).sqrt()).add_(eps)
-        w1 = w if decay is None else w * (1 - per_run(decay))
-        w1 = w1 - per_run(rate) / (1 - b1**count) * m1 / denom
+        w1 = w if decay is None else w * (1 - shaped(decay))
+        w1 = w1 - shaped(rate) / (1 - b1**count) * m1 / denom
         for dst, new in ((w, w1), (m, m1), (v, v1)):
             dst.copy_(torch.where(keep, new, dst))
 
@@ -163,16 +164,17 @@ class Optimizer(CountsSteps):
             ws = pick(self.tensors, small)
             gs = [passes.like(g, w) for g, w in zip(pick(grads, small), ws)]
             ds, ms, vs = pick(self._scratch, small), pick(self.m, small), pick(self.v, small)
-            calls = [c for c in self._small_calls if c[-1] != EVERY_RUN]
+            calls = [c for c in self._small_calls if c.how != EVERY_RUN]
             adam_directions_(ds, gs, ms, vs, self._step, *self._small, calls=calls)
-            fused = [i for *_, idx, _k in calls for i in idx]
+            fused = [i for c in calls for i in c.tensors]
             passes.whole(pick(ws, fused), pick(ds, fused), pick(pick(rates, small), fused),
                          pick(pick(decays, small), fused), pick(pick(copies, small), fused))
-            for b1, b2, eps, idx, _k in (c for c in self._small_calls if c[-1] == EVERY_RUN):
-                # the tensors whose settings differ between runs: their whole step in one formula
-                adam_update_along_(*(pick(x, idx) for x in (ws, gs, ms, vs)), self._step, b1, b2, eps,
-                                   pick(pick(rates, small), idx), pick(pick(decays, small), idx),
-                                   pick(pick(copies, small), idx))
+            for c in (c for c in self._small_calls if c.how == EVERY_RUN):
+                # the tensors whose settings differ between runs: their whole step in one pass
+                idx = c.tensors
+                along.update_(*(pick(x, idx) for x in (ws, gs, ms, vs)), self._step, c.runs,
+                              pick(pick(rates, small), idx), pick(pick(decays, small), idx),
+                              pick(pick(copies, small), idx))
         if not large:
             return
         w, m, v, g, c = (passes.runs_of(pick(x, large)) for x in (self.tensors, self.m, self.v, grads, copies))

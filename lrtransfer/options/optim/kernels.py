@@ -21,18 +21,20 @@ parameterization's multipliers, `Slot.eps_mult`, `beta1_mult`), and each may be 
 every run or one per run (`Setting`): `plan` makes the calls, once, that give every tensor of
 every run its own: one for the tensors that share a setting across all runs; for a large tensor
 whose setting differs between runs, one per run on that run's slice (contiguous: the run axis is
-first), grouped by the run's values; and for the small ones among those, one pass of the plain
-formula with each run's values along the run axis (one call a run would cost more).
+first), grouped by the run's values; and for the small ones among those, one pass over the whole
+tensors with each run's values along the run axis (`along`: one call a run would cost more).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from lrtransfer.options.optim import along
 from lrtransfer.options.optim.passes import PER_RUN_MIN
 
 # Tests set this to False to exercise the plain formula.
@@ -56,12 +58,22 @@ class CountsSteps:
 # One of Adam's settings (beta1, beta2, epsilon) of one tensor: a float shared by every run of the
 # ensemble, or a tuple of one float per run.
 Setting = float | tuple[float, ...]
-# One call: (beta1, beta2, eps, the tensors it updates, how). How: None, the whole tensors at one
-# setting every run shares (the fused kernel); a run k, run k's slices at its values (the fused
-# kernel); or EVERY_RUN, the whole tensors, each run at its own values (the plain formula along the
-# run axis), where beta1, beta2 and eps are then each tensor's Setting, in the order of the tensors.
-Call = tuple
 EVERY_RUN = -1
+
+
+class Call(NamedTuple):
+    """One call: the settings, the tensors it updates (indices), and how: None, the whole tensors at
+    one setting every run shares (the fused kernel); a run k, run k's slices at its values (the fused
+    kernel); or EVERY_RUN, the whole tensors, each run at its own values (`along`), where beta1,
+    beta2 and eps are each tensor's Setting, in the order of the tensors, and `runs` the same as
+    arrays."""
+
+    beta1: Setting | list[Setting]
+    beta2: Setting | list[Setting]
+    eps: Setting | list[Setting]
+    tensors: list[int]
+    how: int | None
+    runs: along.RunSettings | None = None
 
 
 def at(setting: Setting, k: int) -> float:
@@ -85,20 +97,21 @@ def plan(beta1: Sequence[Setting], beta2: Sequence[Setting], eps: Sequence[Setti
     are `small` (a call per run costs more than the passes it saves: `passes.split`), and a fused
     call per run and setting over the others."""
     whole: dict[tuple, list[int]] = {}
-    each, along = [], []
+    each, apart = [], []
     for i, key in enumerate(zip(beta1, beta2, eps)):
         if not any(isinstance(x, tuple) for x in key):
             whole.setdefault(key, []).append(i)
         else:
-            (along if i in small else each).append(i)
-    calls: list[Call] = [(*key, idx, None) for key, idx in whole.items()]
-    if along:
-        calls.append(tuple([x[i] for i in along] for x in (beta1, beta2, eps)) + (along, EVERY_RUN))
+            (apart if i in small else each).append(i)
+    calls = [Call(*key, idx, None) for key, idx in whole.items()]
+    if apart:
+        settings = [[x[i] for i in apart] for x in (beta1, beta2, eps)]
+        calls.append(Call(*settings, apart, EVERY_RUN, along.RunSettings(*settings, runs)))
     for k in range(runs if each else 0):
         found: dict[tuple, list[int]] = {}
         for i in each:
             found.setdefault((at(beta1[i], k), at(beta2[i], k), at(eps[i], k)), []).append(i)
-        calls += [(*key, idx, k) for key, idx in found.items()]
+        calls += [Call(*key, idx, k) for key, idx in found.items()]
     return calls
 
 
@@ -129,77 +142,31 @@ def adam_directions_(
         calls = plan(per_tensor(beta1, n), per_tensor(beta2, n), per_tensor(eps, n), out[0].shape[0] if n else 0,
                      small=[i for i, o in enumerate(out) if o[0].numel() < PER_RUN_MIN])
     # each run's slices of a tensor updated run by run, taken at once (unbind: one call, not one a run)
-    each = {i for *_, idx, k in calls if k is not None and k != EVERY_RUN for i in idx}
+    each = {i for c in calls if c.how is not None and c.how != EVERY_RUN for i in c.tensors}
     runs = {i: [t[i].unbind(0) for t in (out, grads, m, v)] for i in each}
-    for b1, b2, e, idx, k in calls:
-        if k is None or k == EVERY_RUN:
-            parts = [[t[i] for i in idx] for t in (out, grads, m, v)]
+    for c in calls:
+        if c.how is None or c.how == EVERY_RUN:
+            parts = [[t[i] for i in c.tensors] for t in (out, grads, m, v)]
         else:
-            parts = [[runs[i][j][k] for i in idx] for j in range(4)]
-        if k == EVERY_RUN:
-            _adam_directions_along_(*parts, step, b1, b2, e)
+            parts = [[runs[i][j][c.how] for i in c.tensors] for j in range(4)]
+        if c.how == EVERY_RUN:
+            along.directions_(*parts, step, c.runs)
         else:
-            _adam_directions_(*parts, step, b1, b2, e)
+            _adam_directions_(*parts, step, c.beta1, c.beta2, c.eps)
 
 
-def _adam_directions_along_(out, grads, m, v, step: Tensor, beta1, beta2, eps) -> None:
-    """The plain formula on whole (K, ...) tensors, each run at its own settings: per tensor, each of
-    beta1, beta2, eps a Setting, a tuple's values along the run axis. Six passes over memory (the
-    fused kernel's one call costs about four): both moments as `lerp_` (m + (1 - beta) (g - m), the
-    moving average in one pass), and the bias corrections folded into the denominator,
-    m / (c1 (sqrt(v) / c2 + eps)), so that `out` is the only scratch."""
-    t = None
-    for o, g, mi, vi, b1, b2, e in zip(out, grads, m, v, beta1, beta2, eps):
-        if t is None or t.dtype != mi.dtype:
-            t = step.to(mi.dtype)
-        b1, b2, e = (along(x, mi) for x in (b1, b2, e))
-        c1, c2 = 1 - b1**t, (1 - b2**t).sqrt()
-        mi.lerp_(g, 1 - b1)
-        vi.lerp_(torch.mul(g, g, out=o), 1 - b2)
-        torch.sqrt(vi, out=o).mul_(c1 / c2).add_(e * c1)
-        torch.div(mi, o, out=o)
+_per_run: dict[tuple, Tensor] = {}  # (values, device, dtype, dims) -> the values along the run axis
 
 
-def adam_update_along_(params, grads, m, v, step: Tensor, beta1, beta2, eps, rates, decays, copies) -> None:
-    """The whole step of `_adam_directions_along_`'s tensors, each run at its own settings (per tensor
-    a Setting each): w <- (1 - decay) w - rate m_hat / (sqrt(v_hat) + eps), the rate folded into the
-    denominator, so the update is one `addcdiv_` where the direction path takes three passes more
-    (`passes.whole`). rates, decays (None: none): per tensor (K,) on the host; a run at rate 0 (a
-    frozen one) gets a denominator of inf: no update, as rate x direction = 0 would give. copies:
-    per tensor a lower-precision copy written from it, or None."""
-    t = None
-    for i, (w, g, mi, vi, b1, b2, e) in enumerate(zip(params, grads, m, v, beta1, beta2, eps)):
-        if t is None or t.dtype != mi.dtype:
-            t = step.to(mi.dtype)
-        b1, b2, e = (along(x, mi) for x in (b1, b2, e))
-        rate = rates[i].to(w.device, w.dtype, non_blocking=True).view(-1, *[1] * (w.dim() - 1))
-        live = rate > 0
-        c1, c2 = 1 - b1**t, (1 - b2**t).sqrt()
-        scale = torch.where(live, c1 / (c2 * rate), 1.0)  # sqrt(v) x c1 / (c2 rate) + eps x c1 / rate
-        shift = torch.where(live, e * c1 / rate, math.inf)
-        mi.lerp_(g, 1 - b1)
-        o = torch.mul(g, g)
-        vi.lerp_(o, 1 - b2)
-        torch.sqrt(vi, out=o).mul_(scale).add_(shift)
-        if decays is not None:
-            w.mul_(1 - decays[i].to(w.device, w.dtype, non_blocking=True).view(-1, *[1] * (w.dim() - 1)))
-        w.addcdiv_(mi, o, value=-1.0)
-        if copies[i] is not None:
-            copies[i].copy_(w)
-
-
-_along: dict[tuple, Tensor] = {}  # (values, device, dtype, dims) -> the values along the run axis
-
-
-def along(setting: Setting, like: Tensor) -> float | Tensor:
+def per_run(setting: Setting, like: Tensor) -> float | Tensor:
     """A setting as a number, or its runs' values as a (K, 1, ...) tensor against `like` (K, ...),
     made once per place and kept (a CUDA graph replays its first)."""
     if not isinstance(setting, tuple):
         return setting
     key = (setting, like.device, like.dtype, like.dim())
-    if key not in _along:
-        _along[key] = torch.tensor(setting, dtype=like.dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
-    return _along[key]
+    if key not in _per_run:
+        _per_run[key] = torch.tensor(setting, dtype=like.dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
+    return _per_run[key]
 
 
 def _adam_directions_(out, grads, m, v, step: Tensor, beta1: float, beta2: float, eps: float) -> None:
