@@ -93,9 +93,9 @@ def plan(beta1: Sequence[Setting], beta2: Sequence[Setting], eps: Sequence[Setti
          small: Collection[int] = ()) -> list[Call]:
     """The calls that give each tensor i, in each of the ensemble's `runs` runs, its own beta1[i],
     beta2[i] and eps[i]: a fused call per setting every run shares; for the tensors whose settings
-    differ between runs, one pass of the plain formula along the run axis over those of them that
-    are `small` (a call per run costs more than the passes it saves: `passes.split`), and a fused
-    call per run and setting over the others."""
+    differ between runs, one pass along the run axis over those of them that are `small` (`along`:
+    a call per run costs more than the passes it saves, `passes.split`), and a fused call per run
+    and setting over the others."""
     whole: dict[tuple, list[int]] = {}
     each, apart = [], []
     for i, key in enumerate(zip(beta1, beta2, eps)):
