@@ -232,3 +232,24 @@ def test_a_custom_model_that_skips_or_draws_trains_alike_graphed_or_not(tmp_path
     if name != "ByBatch":  # a skip or a draw at the first step: never replayed from then on
         assert trained["auto"].graphed is None
     torch.testing.assert_close(trained["auto"].history, trained["never"].history, rtol=1e-9, atol=0)
+
+
+# Adam's settings per run: on the CPU the compiled pass (`optim/along.c`) updates the tensors whose
+# settings differ between runs, on a GPU PyTorch's operations do (`optim/along.py`), graphed or not
+PER_RUN_ADAM = [Run(log2_lr=-8, seed=0, grid=(("optim.beta1", 0.5), ("optim.beta2", 0.99))),
+                Run(log2_lr=-6, seed=0, grid=(("optim.beta1", 0.9), ("optim.beta2", 0.9))),
+                Run(log2_lr=-6, seed=1, grid=(("optim.beta1", 0.95), ("optim.beta2", 0.999)))]
+
+
+@pytest.mark.parametrize("param", ["standard", "modular"])
+def test_per_run_adam_settings_on_cuda_equal_the_cpu_in_float64(param, cifar_root):
+    """Each run its own beta1 and beta2: the GPU's step, eager and replayed as a CUDA graph, equals the
+    CPU's to 1e-9 in float64 (standard: the update path; modular: the direction path)."""
+    over = ["train.dtype=float64", "train.steps=20"]
+    cpu = engine.train(build.job(config("mlp", param, "cpu", cifar_root, *over)), PER_RUN_ADAM)
+    for graphs in ("always", "never"):
+        gpu = engine.train(build.job(config("mlp", param, "cuda", cifar_root, *over, f"engine.graphs={graphs}")),
+                           PER_RUN_ADAM)
+        for a, b in zip(gpu, cpu):
+            assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9), graphs
+            assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9), graphs
