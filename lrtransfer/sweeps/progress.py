@@ -56,7 +56,7 @@ def sweep_display(work: dict[Path, int], enabled: bool = True) -> Iterator[Progr
     if not enabled or total == 0:
         yield None
         return
-    progress = Progress(*_columns("run-steps (LR runs x steps)"), console=console(), transient=False)
+    progress = Progress(*_columns("run-steps (runs x steps)"), console=console(), transient=False)
     stop = threading.Event()
     with progress:
         task = progress.add_task(f"sweep ({len(work)} jobs)", total=total)
