@@ -59,7 +59,7 @@ def sweep_display(work: dict[Path, int], enabled: bool = True) -> Iterator[Progr
     progress = Progress(*_columns("run-steps (runs x steps)"), console=console(), transient=False)
     stop = threading.Event()
     with progress:
-        task = progress.add_task(f"sweep ({len(work)} jobs)", total=total)
+        task = progress.add_task(f"sweep ({len(work)} job{'' if len(work) == 1 else 's'})", total=total)
 
         def update() -> None:
             progress.update(task, completed=sum(done_in(f, n) for f, n in work.items()))
