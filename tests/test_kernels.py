@@ -210,3 +210,24 @@ def test_the_small_tensors_with_per_run_settings_take_the_compiled_pass(monkeypa
     along.update_(w, grads, [torch.zeros_like(x) for x in w], [torch.zeros_like(x) for x in w], torch.tensor(1.0),
                   call.runs, [torch.full((3,), 1e-3)] * 2, None, [None, None])
     assert seen == [torch.Size([3, 4, 5]), torch.Size([3, 5])]
+
+
+@pytest.mark.parametrize("how", ["no compiler", "a compiler that fails"])
+def test_without_a_working_compiler_pytorchs_operations_serve(monkeypatch, tmp_path, how):
+    """No `cc`, or one that cannot build `along.c`: `library()` is None, nothing is left in the cache
+    folder, and the step is still taken (by PyTorch's operations), once the attempt is made."""
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    if how == "no compiler":
+        monkeypatch.setenv("CC", "no-such-compiler-here")
+    else:
+        monkeypatch.setenv("CC", "false")
+    assert native.library() is None
+    folder = tmp_path / "lrtransfer" / "native"
+    assert not folder.exists() or not any(folder.iterdir())
+    w, g = torch.ones(2, 3), torch.ones(2, 3)
+    m, v = torch.zeros(2, 3), torch.zeros(2, 3)
+    settings = along.RunSettings([(0.5, 0.9)], [0.99], [1e-8], 2)
+    along.update_([w], [g], [m], [v], torch.tensor(1.0), settings, [torch.tensor([0.1, 0.0])], None, [None])
+    assert torch.allclose(w[0], torch.full((3,), 0.9)) and torch.equal(w[1], torch.ones(3))  # run 1 frozen
