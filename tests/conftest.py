@@ -104,9 +104,10 @@ def lrtransfer_cmd() -> list[str]:
     return [exe] if exe else [sys.executable, "-c", "from lrtransfer.cli.app import main; main()"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_widths(tmp_path_factory):
-    """A finished study of two widths (`name=s`), to be copied and damaged."""
+    """A finished study of two widths (`name=s`), to be copied and damaged (never changed in place:
+    one per test session, which several test files read)."""
     from lrtransfer.sweeps.launch import launch
 
     root = tmp_path_factory.mktemp("two")
