@@ -43,6 +43,43 @@ def cli(monkeypatch, capsys):
     return run
 
 
+_PACKAGED = ("lrtransfer.conf", "hydra.conf")  # installed YAML files: no test writes to them
+
+
+def _compose_without_rereading() -> None:
+    """Each Hydra composition (a sweep composes twice, an adaptive one per job and round) parses
+    every YAML file of the config tree again, and deep-copies the ConfigStore with every schema
+    lrtransfer registers. Neither can change during a test session: each packaged file is parsed
+    once and every read gets a fresh copy of it, and the store (a singleton) is its own copy: what
+    Hydra composes is the same. A user's config folder (file://) is read
+    as ever, and so is everything in the sweeps the tests start as processes."""
+    import copy
+    import dataclasses
+
+    from hydra._internal.sources_registry import SourcesRegistry
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # its scan of Hydra's own plugins loads their modules afresh: patch the class it registers
+    source = SourcesRegistry.instance().resolve("pkg")
+    read, parsed = source.load_config, {}
+
+    def load_config(self, config_path: str):
+        if self.path not in _PACKAGED:
+            return read(self, config_path)
+        key = (self.path, config_path)
+        if key not in parsed:
+            parsed[key] = read(self, config_path)  # a missing file raises each time, as before
+        r = parsed[key]
+        return dataclasses.replace(r, config=copy.deepcopy(r.config), header=dict(r.header))
+
+    source.load_config = load_config
+    ConfigStore.__deepcopy__ = lambda self, memo: self
+
+
+_compose_without_rereading()
+
+
 def compose(*overrides: str):
     """The composed job config for `overrides` (no sweep values), as a DictConfig."""
     from hydra import compose as hydra_compose
@@ -67,9 +104,10 @@ def lrtransfer_cmd() -> list[str]:
     return [exe] if exe else [sys.executable, "-c", "from lrtransfer.cli.app import main; main()"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_widths(tmp_path_factory):
-    """A finished study of two widths (`name=s`), to be copied and damaged."""
+    """A finished study of two widths (`name=s`), to be copied and damaged (never changed in place:
+    one per test session, which several test files read)."""
     from lrtransfer.sweeps.launch import launch
 
     root = tmp_path_factory.mktemp("two")

@@ -104,7 +104,7 @@ def test_a_crashing_job_is_recorded_and_the_sweep_goes_on(cli, tmp_path, monkeyp
     assert code == 0 and "1 job(s) ran, 2 already done" in out
 
 
-def test_sigint_then_rerun_computes_exactly_the_missing_jobs(tmp_path):
+def test_sigint_then_rerun_computes_exactly_the_missing_jobs(cli, tmp_path):
     """A real process interrupted after its first job; the re-run does the rest, resuming the cut one."""
     args = ["sweep", "width=16,24,32,40", "train.steps=3000", "train.batch_size=16", "data.eval_size=64",
             "lr.log2_min=-9", "lr.log2_max=-7", "engine.threads=1", "engine.checkpoint_s=0.2",
@@ -125,9 +125,9 @@ def test_sigint_then_rerun_computes_exactly_the_missing_jobs(tmp_path):
     assert 1 <= len(done) < 4
     assert list((tmp_path / "s").glob("*/checkpoint.pt")), "the interrupted job saved its state"
 
-    rerun = subprocess.run(lrtransfer_cmd() + args, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr
-    assert f"{4 - len(done)} job(s) ran, {len(done)} already done" in rerun.stdout
+    code, out, err = cli(*args)  # the rerun in-process: what it resumes from is on disk
+    assert code == 0, err
+    assert f"{4 - len(done)} job(s) ran, {len(done)} already done" in out
     after = {p.parent.name: p.stat().st_mtime_ns for p in (tmp_path / "s").glob("*/record.json")}
     assert len(after) == 4 and all(after[k] == v for k, v in done.items())
     assert not list((tmp_path / "s").glob("*/checkpoint.pt"))
