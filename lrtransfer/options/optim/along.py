@@ -28,7 +28,6 @@ class RunSettings:
         def rows(settings: Sequence) -> list[list[float]]:
             return [list(s) if isinstance(s, tuple) else [float(s)] * runs for s in settings]
 
-        self.beta1, self.beta2, self.eps = beta1, beta2, eps
         # (5, n, K) float64: beta1, beta2, eps, and the moving averages' weights 1 - beta1, 1 - beta2
         b1, b2, e = (torch.tensor(rows(x), dtype=torch.float64).view(len(x), runs) for x in (beta1, beta2, eps))
         self._host = torch.stack([b1, b2, e, 1 - b1, 1 - b2])

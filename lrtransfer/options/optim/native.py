@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lrtransfer.options.data.cache import cache_folder
+
 SOURCE = Path(__file__).with_name("along.c")
 # -ffp-contract=off: each multiply and add rounds on its own, as PyTorch's operations do;
 # -fno-math-errno lets sqrt vectorise (it never sets errno for the non-negative v here)
@@ -58,7 +60,7 @@ def _build() -> Path:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + cc.encode() + " ".join(FLAGS + NATIVE_CPU).encode()
                          + platform.machine().encode() + platform.node().encode()).hexdigest()[:16]
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lrtransfer" / "native"
+    folder = cache_folder(None) / "native"  # the user's cache folder, as a task's
     target = folder / f"along-{key}.so"
     if target.exists():
         return target
