@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from lrtransfer.errors import ConfigError
 from lrtransfer.options.optim import along, kernels, native
 
 
@@ -231,3 +232,11 @@ def test_without_a_working_compiler_pytorchs_operations_serve(monkeypatch, tmp_p
     settings = along.RunSettings([(0.5, 0.9)], [0.99], [1e-8], 2)
     along.update_([w], [g], [m], [v], torch.tensor(1.0), settings, [torch.tensor([0.1, 0.0])], None, [None])
     assert torch.allclose(w[0], torch.full((3,), 0.9)) and torch.equal(w[1], torch.ones(3))  # run 1 frozen
+
+
+def test_a_bad_lrtransfer_native_is_one_line_naming_it_and_the_choices(monkeypatch):
+    """Said when the optimizer's per-run settings are made, before any step."""
+    monkeypatch.setenv("LRTRANSFER_NATIVE", "off")
+    with pytest.raises(ConfigError, match=r"LRTRANSFER_NATIVE='off' is not one of 0 .* or 1") as e:
+        along.RunSettings([(0.5, 0.9)], [0.99], [1e-8], 2)
+    assert "\n" not in str(e.value)

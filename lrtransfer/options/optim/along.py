@@ -32,6 +32,7 @@ class RunSettings:
         b1, b2, e = (torch.tensor(rows(x), dtype=torch.float64).view(len(x), runs) for x in (beta1, beta2, eps))
         self._host = torch.stack([b1, b2, e, 1 - b1, 1 - b2])
         self._on: dict[tuple, Tensor] = {}
+        native.enabled()  # a bad LRTRANSFER_NATIVE is said when the optimizer is built, before any step
 
     def on(self, like: Tensor) -> Tensor:
         """The (5, n, K) arrays on `like`'s device, in its dtype."""

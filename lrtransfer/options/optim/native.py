@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lrtransfer.errors import ConfigError
 from lrtransfer.options.data.cache import cache_folder
 
 SOURCE = Path(__file__).with_name("along.c")
@@ -38,7 +39,12 @@ _tried = False
 
 
 def enabled() -> bool:
-    return os.environ.get("LRTRANSFER_NATIVE", "1") != "0"
+    """LRTRANSFER_NATIVE: 1 (or unset) to use the compiled pass where it can be had, 0 never."""
+    value = os.environ.get("LRTRANSFER_NATIVE", "1").strip()
+    if value not in ("0", "1"):
+        raise ConfigError(f"LRTRANSFER_NATIVE={value!r} is not one of 0 (PyTorch's operations only) or 1 "
+                          "(the compiled pass where it can be had, the default)")
+    return value == "1"
 
 
 def library() -> ctypes.CDLL | None:
