@@ -1,8 +1,9 @@
 """The root config: its typed keys, the checks on their values, and a job's identity.
 
 `keys.py` types the config's own keys (sizes, seeds, the LR grid, training, the engine)
-beside the options' dataclasses and registers them with Hydra; `validate.py` checks what
-types cannot; `identity.py` says which part of a config makes a job what it is.
+beside the options' dataclasses and registers them with Hydra; `runs.py` reads from a config
+a job's runs (how many, along which inner axes, with which per-run keys); `validate.py` checks
+what types cannot; `identity.py` says which part of a config makes a job what it is.
 
 What this folder may import: `options/` (each option's typed options, found by name),
 `errors`. Never torch, the engine or anything above: the sweep, the job, the builder,
@@ -19,14 +20,16 @@ from lrtransfer.config.keys import (
     Schedule,
     Train,
     default_grid,
-    flatten,
     grid_schema,
+    register,
+)
+from lrtransfer.config.runs import (
+    flatten,
+    has_points,
     inner_grid,
     per_run_keys,
-    register,
     run_steps,
     runs_per_job,
-    has_points,
     search_ranges,
     tuned_keys,
     varied_keys,

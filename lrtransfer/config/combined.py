@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from lrtransfer import options
-from lrtransfer.config.keys import Config, inner_grid
+from lrtransfer.config.keys import Config
+from lrtransfer.config.runs import inner_grid
 from lrtransfer.options import hp
 from lrtransfer.options.schema import INPUT_KINDS, VECTOR, ConfigError
 

@@ -12,7 +12,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lrtransfer import options
-from lrtransfer.config.keys import RUN_SETTINGS, Config, flatten, has_points
+from lrtransfer.config.keys import RUN_SETTINGS, Config
+from lrtransfer.config.runs import flatten, has_points
 from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.contents import fingerprint
 from lrtransfer.options.trainer import ENGINE_GROUPS

@@ -14,9 +14,9 @@ from dataclasses import fields, replace
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lrtransfer import options
-from lrtransfer.config.keys import (GRAPHS, SEARCH_POLICIES, Adaptive, Config, Engine, LRGrid, Train, flatten,
-                                   grid_schema, has_points, inner_grid, per_run_keys, search_ranges,
+from lrtransfer.config.keys import (GRAPHS, SEARCH_POLICIES, Adaptive, Config, Engine, LRGrid, Train, grid_schema,
                                    search_schema)
+from lrtransfer.config.runs import flatten, has_points, inner_grid, per_run_keys, search_ranges
 from lrtransfer.errors import choices
 from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import (MAX_DEPTH, ConfigError, finite_fields, non_negative, positive,
