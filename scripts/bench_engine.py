@@ -51,12 +51,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,59 +66,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import typed  # noqa: E402  (composes configs through Hydra)
 
 from lrtransfer.sweeps.job import runs_of  # noqa: E402
-from lrtransfer.training import build, memory  # noqa: E402
+from lrtransfer.training import build  # noqa: E402
 from lrtransfer.training.allocator import keep_freed_memory  # noqa: E402
-from lrtransfer.training.ensemble import Ensemble, _batch  # noqa: E402
-from lrtransfer.training.precision import autocast, bf16_unit, matmul_precision  # noqa: E402
+from lrtransfer.training.ensemble import Ensemble  # noqa: E402
+from lrtransfer.training.precision import bf16_unit  # noqa: E402
+
+from bench_steps import ensemble, gradients, optimizer_pass, stepper  # noqa: E402
+from bench_timing import (cpu_model, each_round, interleaved, medians, per_call, ratios, repeated,  # noqa: E402
+                          spread, sync, timed)
 
 CUSTOM = ["model=custom", f"model.target={Path(__file__).resolve().parents[1] / 'examples' / 'mynets.py'}:build"]
 MLP = ["depth=3", "train.batch_size=64"]
 TRANSFORMER = ["model=transformer", "data=text", "depth=2", "model.heads=4", "data.seq_len=64", "train.batch_size=16"]
-
-
-def timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def interleaved(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, float]:
-    """Median seconds of each mode's call, the modes called in turn, `rounds` times (after one warm-up
-    call each): a load that comes and goes falls on every mode alike."""
-    return medians(each_round(modes, device, rounds))
-
-
-def medians(times: dict[str, list[float]]) -> dict[str, float]:
-    """Each mode's median over the rounds."""
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
-def each_round(modes: dict[str, Callable[[], None]], device: torch.device, rounds: int) -> dict[str, list[float]]:
-    """Seconds of each mode's call in every round (`interleaved`): round r's modes ran side by side, so
-    the ratio of two modes within a round is freed of a load that changes from round to round."""
-    times: dict[str, list[float]] = {name: [] for name in modes}
-    for fn in modes.values():
-        fn()
-    sync(device)
-    for _ in range(rounds):
-        for name, fn in modes.items():
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - t0)
-    return times
-
-
-def spread(ratios: list[float]) -> str:
-    """The median of per-round ratios and their middle half (quartiles): how far one figure can be
-    trusted on a machine shared with other work."""
-    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    return f"{q2:.2f}x [{q1:.2f}, {q3:.2f}]"
 
 
 def element(dtype: str) -> torch.dtype:
@@ -168,80 +124,6 @@ def one_process_per_run(overrides: list[str], log2_lrs: list[float], results: Pa
                "engine.progress=false", f"results_dir={results}", "--rerun"]
         total += timed(lambda: subprocess.run(cmd, check=True, capture_output=True))
     return total / 2
-
-
-def ensemble(over: list[str], K: int | None = None) -> tuple[object, Ensemble]:
-    """(config, the ensemble of the first K runs of the default grid; K None: as the engine chunks it)."""
-    cfg = typed(*over, "train.steps=100000", "engine.progress=false")
-    built = build.job(cfg)
-    runs = runs_of(cfg)
-    K = memory.chunk_size(built, len(runs)) if K is None else K
-    return cfg, Ensemble(built, runs[:K])
-
-
-def stepper(ens: Ensemble, seconds: float = 0.25) -> Callable[[], None]:
-    """A call of about `seconds` of steps of `ens` (the count fixed by one timed step); `.steps` says how many.
-    Runs that diverge are frozen at the checks, as in a job (`engine.train`), not left computing NaNs."""
-    def step() -> None:
-        ens.step()
-        if ens.at_check():
-            ens.check()
-
-    return repeated(step, ens.device, seconds)
-
-
-def repeated(fn: Callable[[], None], device: torch.device, seconds: float) -> Callable[[], None]:
-    """A call of fn repeated for about `seconds` (the count fixed by one timed call); `.steps` says how many."""
-    fn()
-    sync(device)
-    n = max(1, round(seconds / max(timed(lambda: (fn(), sync(device))), 1e-6)))
-
-    def call() -> None:
-        for _ in range(n):
-            fn()
-
-    call.steps = n  # type: ignore[attr-defined]
-    return call
-
-
-def gradients(ens: Ensemble) -> Callable[[], list[torch.Tensor]]:
-    """A call of a step's forward and backward alone on one batch, returning the gradients, as the
-    engine's step computes them (`Ensemble._compute`, without its skips: the built-in models use
-    every tensor)."""
-    kind = ens.train.dtype.value
-    x, y = _batch(ens.task, ens.gens, ens.seed_index, ens.train.batch_size)
-
-    def call() -> list[torch.Tensor]:
-        with matmul_precision(kind, ens.device):
-            with autocast(kind, ens.device):
-                losses = ens.task.losses(ens.model(x), y).to(ens.history.dtype)
-            return list(torch.autograd.grad(losses.sum(), ens.operands))
-
-    return call
-
-
-def optimizer_pass(over: list[str], K: int = 11, seconds: float = 0.1) -> Callable[[], None]:
-    """A step's optimizer pass alone, on an ensemble of its own (the first K runs of `over`'s grid):
-    applied again and again to one step's gradients it takes the weights where no training goes,
-    so no other timing may use them."""
-    _, ens = ensemble(over, K=K)
-    grads = gradients(ens)()
-
-    def call() -> None:
-        with torch.no_grad():
-            ens._update(grads, 1.0, True)
-
-    return repeated(call, ens.device, seconds)
-
-
-def ratios(t: dict[str, list[float]], modes: dict, a: str, b: str, runs_a: int = 1, runs_b: int = 1) -> list[float]:
-    """Each round's rate of mode a over mode b (run-steps/s: `runs_*` runs a call step)."""
-    return [(runs_a * modes[a].steps / ta) / (runs_b * modes[b].steps / tb) for ta, tb in zip(t[a], t[b])]
-
-
-def per_call(times: list[float], call: Callable[[], None]) -> float:
-    """Median seconds of one of a repeated call's calls."""
-    return statistics.median(times) / call.steps  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- the sections
@@ -400,17 +282,6 @@ def settings_cost(args, device: torch.device) -> None:
               f"{spread(ratios(t, modes, 'sde', 'none')):>18} {spread(ratios(t, modes, 'per run', 'none')):>18} "
               f"{opt['none']:>11.3f} {opt['sde']:>6.3f} {opt['per run']:>7.3f}")
         sys.stdout.flush()
-
-
-def cpu_model() -> str:
-    """lscpu's model name (what docs/performance.md names the machine by)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "a CPU"
-    field = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    name = field.get("Model name", platform.processor() or "a CPU").strip()
-    return f"{name} (family {field.get('CPU family', '?').strip()}, model {field.get('Model', '?').strip()})"
 
 
 # ---------------------------------------------------------------- other views

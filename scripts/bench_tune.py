@@ -17,7 +17,7 @@ draws a random round:
 
 Steady-state steps are timed after warm-up, the modes interleaved over --rounds rounds and
 summarised by medians, each ratio also as the median of the rounds' own ratios with their
-quartiles (`bench_engine.py`'s method: a machine shared with other work slows every mode
+quartiles (`bench_timing.py`: a machine shared with other work slows every mode
 alike). One run at a time is timed on --alone of the K vectors (every vector costs the same
 steps: its rate is the rate of all K, one after another).
 
@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_engine  # noqa: E402  (its timing helpers; it puts the repository on the path)
-from bench_engine import each_round, spread, stepper  # noqa: E402
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from bench_steps import stepper  # noqa: E402
+from bench_timing import cpu_model, each_round, spread  # noqa: E402
 
 from lrtransfer.sweeps import search  # noqa: E402
 from lrtransfer.training import build, engine  # noqa: E402
@@ -130,7 +130,7 @@ def main() -> None:
     ap.add_argument("--no-adam", action="store_true", help="without per-run betas and epsilon (the keys before them)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"machine: {bench_engine.cpu_model()}; load {open('/proc/loadavg').read().split()[0]} at the start")
+    print(f"machine: {cpu_model()}; load {open('/proc/loadavg').read().split()[0]} at the start")
     for model in args.models.split(","):
         bench(model, args.width, args.points, args.alone, args.rounds, args.seconds, not args.no_adam)
 

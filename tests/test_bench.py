@@ -1,5 +1,5 @@
 """scripts/bench_engine.py: the figures docs/performance.md quotes come from it, so it must run,
-and its summaries of noisy rounds must say what they claim."""
+and its summaries of noisy rounds (scripts/bench_timing.py) must say what they claim."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import bench_engine  # noqa: E402
+import bench_timing  # noqa: E402
 
 
 def test_a_ratio_is_the_median_of_the_rounds_own_ratios_with_their_quartiles():
@@ -20,11 +20,11 @@ def test_a_ratio_is_the_median_of_the_rounds_own_ratios_with_their_quartiles():
     modes["a"].steps, modes["b"].steps = 2, 1
     t = {"a": [1.0, 1.0, 2.0, 4.0, 1.0], "b": [1.0, 2.0, 1.0, 1.0, 4.0]}
     # rates: a 2 / t_a, b 1 / t_b; a over b per round: 2 t_b / t_a
-    assert bench_engine.ratios(t, modes, "a", "b") == [2.0, 4.0, 1.0, 0.5, 8.0]
-    assert bench_engine.ratios(t, modes, "a", "b", runs_a=11) == [22.0, 44.0, 11.0, 5.5, 88.0]
+    assert bench_timing.ratios(t, modes, "a", "b") == [2.0, 4.0, 1.0, 0.5, 8.0]
+    assert bench_timing.ratios(t, modes, "a", "b", runs_a=11) == [22.0, 44.0, 11.0, 5.5, 88.0]
     # medians of each mode's times say 2/1 over 1/1 = 2.0x too, but not the spread the load
     # left: the quartiles of the five ratios (statistics.quantiles' default method)
-    assert bench_engine.spread([2.0, 4.0, 1.0, 0.5, 8.0]) == "2.00x [0.75, 6.00]"
+    assert bench_timing.spread([2.0, 4.0, 1.0, 0.5, 8.0]) == "2.00x [0.75, 6.00]"
 
 
 @pytest.mark.slow  # the whole bench small (20 s); its helpers are checked above
@@ -48,8 +48,8 @@ def test_the_bench_runs_and_prints_the_parts_of_a_step_and_their_ceilings():
 
 def test_spread_of_one_or_two_rounds():
     """One round has no spread to give; two have their own quartiles."""
-    assert bench_engine.spread([1.5]) == "1.50x [1.50, 1.50]"
-    assert bench_engine.spread([2.0, 1.0]) == "1.50x [0.75, 2.25]"
+    assert bench_timing.spread([1.5]) == "1.50x [1.50, 1.50]"
+    assert bench_timing.spread([2.0, 1.0]) == "1.50x [0.75, 2.25]"
 
 
 def test_no_rounds_is_refused_in_one_line_before_any_timing():
