@@ -35,6 +35,35 @@ class Fault(UserError):
     exit_code = 1
 
 
+# The names other tools give the learning rate: here the LRs are the sweep's grid, never one key.
+_LR_NAMES = {"lr", "lrs", "learning_rate", "learning_rates"}
+_LR_KEYS = {"log2_min", "log2_max", "log2_step", "resolution"}
+
+
+def lr_hint(key: str, value: str | None = None) -> str:
+    """A pointer to the LR grid, for a key that reads as a learning rate set the way another tool sets
+    it (`optim.lr=0.1`, `lr=0.01`, `lr.values=[...]`, `hp.hidden.lr=2`); "" for any other key. Setting
+    an LR is what a user of this tool tries first, and the grid's keys are not where they look for it.
+    The sections that hold a sweep's inner axes (`grid`, `search`, `points`) name their own LR keys."""
+    parts = str(key).split(".")
+    if parts[-1] in _LR_NAMES and len(parts) >= 3 and parts[-3] == "hp":  # a role's LR is relative to the grid's
+        return f"; the role's LR is the grid's LR times {'.'.join(parts[:-1])}.lr_mult"
+    named = parts[-1] in _LR_NAMES or (parts[0] == "lr" and len(parts) > 1 and parts[-1] not in _LR_KEYS)
+    if not named or parts[0] in ("grid", "search", "points"):
+        return ""
+    try:
+        one = float(value)
+    except (TypeError, ValueError):
+        one = None
+    import math
+
+    if one is None or not 0 < one < math.inf:
+        example = f"both its log2: {math.log2(0.01):.4g} for 0.01"
+    else:
+        example = f"{one:g}: lr.log2_min={math.log2(one):.4g} lr.log2_max={math.log2(one):.4g}"
+    return f"; the LRs are the sweep's grid: 2^lr.log2_min .. 2^lr.log2_max, lr.log2_step octaves apart (one LR, {example})"
+
+
 def file_kind(mode: int) -> str:
     """What a path that is no regular file is, from its `st_mode`: reading a FIFO waits for a writer,
     a device never ends, so such a path is named and refused, never opened."""

@@ -134,3 +134,32 @@ def test_keys_added_to_an_option_keep_the_ids_of_jobs_run_before_them():
                                if k not in ("config", "config_kwargs", "width_key", "depth_key", "output")}}
     assert semantic(cfg) == semantic(before)
     assert semantic({**cfg, "model": {**cfg["model"], "width_key": "n_embd"}}) != semantic(before)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("optim.lr=0.1", "unknown key 'optim.lr' in 'optim'; valid: beta1, "),
+    ("train.learning_rate=0.1", "unknown key 'train.learning_rate'"),
+    ("lr.values=[0.1,0.01]", "unknown key 'lr.values' in 'lr'"),
+    ("lr=0.001", "lr=0.001: lr is a section of keys"),
+    ("+learning_rate=0.1", "unknown key 'learning_rate'"),
+])
+def test_an_lr_set_the_way_other_tools_set_it_points_to_the_grid(cli, override, fragment):
+    """The first thing a new user types is an LR; the line names the grid's keys, with the user's
+    value as a one-LR grid where the line has it."""
+    code, _, err = cli("sweep", override, "--plan")
+    line = err.strip()
+    assert code == 2 and "\n" not in line and fragment in line, err
+    assert "the LRs are the sweep's grid: 2^lr.log2_min .. 2^lr.log2_max, lr.log2_step octaves apart" in line
+    if override == "lr=0.001":
+        assert line.endswith("(one LR, 0.001: lr.log2_min=-9.966 lr.log2_max=-9.966)")
+
+
+def test_the_lr_pointer_names_a_roles_multiplier_and_leaves_other_keys_alone():
+    from lrtransfer.errors import lr_hint
+
+    assert lr_hint("hp.hidden.lr") == "; the role's LR is the grid's LR times hp.hidden.lr_mult"
+    assert lr_hint("grid.hp.readout.learning_rate").endswith("grid.hp.readout.lr_mult")
+    assert lr_hint("lr.log2_min") == lr_hint("optim.lrr") == lr_hint("optim.beta1") == ""
+    assert lr_hint("search.optim.lr") == lr_hint("points.lr") == ""  # these sections name their own LR keys
+    assert lr_hint("optim.lr", "abc").endswith("(one LR, both its log2: -6.644 for 0.01)")
+    assert lr_hint("lr", "-1").endswith("(one LR, both its log2: -6.644 for 0.01)")

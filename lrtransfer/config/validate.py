@@ -17,7 +17,7 @@ from lrtransfer import options
 from lrtransfer.config.keys import (GRAPHS, SEARCH_POLICIES, Adaptive, Config, Engine, LRGrid, Train, grid_schema,
                                    search_schema)
 from lrtransfer.config.runs import flatten, has_points, inner_grid, per_run_keys, search_ranges
-from lrtransfer.errors import choices
+from lrtransfer.errors import choices, lr_hint
 from lrtransfer.options import GROUPS, hp
 from lrtransfer.options.schema import (MAX_DEPTH, ConfigError, finite_fields, non_negative, positive,
                                       within)
@@ -285,7 +285,7 @@ def _check_keys(cfg: DictConfig, schema: type | None = None, where: str = "") ->
     known = [f.name for f in fields(schema)]
     extra = [k for k in cfg.keys() if k not in known]
     if extra:
-        raise ConfigError(f"unknown key '{where}{extra[0]}'{choices(known, extra[0])}")
+        raise ConfigError(f"unknown key '{where}{extra[0]}'{choices(known, extra[0])}{lr_hint(where + extra[0])}")
     missing = [k for k in known if k not in cfg]
     if missing:
         raise ConfigError(f"key '{where}{missing[0]}' is required (it cannot be deleted with ~){choices(known)}")

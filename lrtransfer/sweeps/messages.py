@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from lrtransfer.errors import UserError, choices
+from lrtransfer.errors import UserError, choices, lr_hint
 
 
 def _first_line(text: str) -> str:
@@ -67,8 +67,8 @@ def _not_a_section(key: str | None, msg: str) -> str | None:
         return None
     name, section = found
     keys = [f.name for f in dataclasses.fields(section)]
-    return (f"{key or name}={m.group(3)}: {name} is a section of keys ({', '.join(keys)}), not a value; "
-            f"set its keys one by one ({name}.{keys[0]}=...)")
+    advice = lr_hint(key or name, m.group(3)) or f"; set its keys one by one ({name}.{keys[0]}=...)"
+    return f"{key or name}={m.group(3)}: {name} is a section of keys ({', '.join(keys)}), not a value{advice}"
 
 
 def _missing_config(exc) -> str:
@@ -103,8 +103,8 @@ def _unknown_key(exc) -> str:
             valid = []
     where = f" in '{str(key).rsplit('.', 1)[0]}'" if "." in str(key) else ""
     if valid:
-        return f"unknown key '{key}'{where}{choices(valid, leaf)}"
-    return f"unknown key '{key}'"
+        return f"unknown key '{key}'{where}{choices(valid, leaf)}{lr_hint(key)}"
+    return f"unknown key '{key}'{lr_hint(key)}"
 
 
 def too_large(e: BaseException) -> bool:
