@@ -101,9 +101,12 @@ def test_each_width_is_the_mean_over_its_seeds_at_a_constant_lr_whatever_the_sch
     the check's LR being constant."""
     together, first, second = small(seeds=2), small(), small("seed=1")
     assert first != second
+    # every layer, at every step (the initial one and 2 after), at both widths: nothing left unchecked
+    assert list(together) == list(first) and all(len(together[k]) == len(first[k]) == 3 for k in first)
+    assert all(len(v) == 2 for steps in together.values() for v in steps)
     for layer, steps in together.items():
         for t, values in enumerate(steps):
-            want = [(a + b) / 2 for a, b in zip(first[layer][t], second[layer][t])]
+            want = [(a + b) / 2 for a, b in zip(first[layer][t], second[layer][t], strict=True)]
             assert values == pytest.approx(want, rel=1e-5), (layer, t)
     assert small("train.schedule=cosine", "train.warmup_steps=2", "train.steps=3") == first
 

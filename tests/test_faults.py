@@ -148,7 +148,9 @@ def test_overlapping_sweeps_train_every_job_exactly_once(tmp_path, widths):
         assert p.returncode == 0, err
     recs = runs_of(tmp_path / "s")
     assert len(recs) == len({w for ws in widths for w in ws.split(",")})  # every record readable and complete
-    for log in (tmp_path / "s").glob("*/job.log"):  # each job trained once, and its log is its own
+    logs = list((tmp_path / "s").glob("*/job.log"))
+    assert len(logs) == len(recs)
+    for log in logs:  # each job trained once, and its log is its own
         lines = log.read_text().splitlines()
         assert sum("runs on" in line for line in lines) == 1, lines
         assert all(log.parent.name in line for line in lines if "lrtransfer.sweeps.job" in line), lines

@@ -76,7 +76,7 @@ def test_mup_tensor_by_tensor(name, width, nanogpt):
         rows = tensors(cfg, *shape)
         assert len(rows) == len(ref)
         steps = one_step(cfg, model, lr)
-        for ours, theirs, (rms, dot) in zip(rows, ref, steps):
+        for ours, theirs, (rms, dot) in zip(rows, ref, steps, strict=True):
             where = f"{name} width {width} {optim}: {ours['name']} vs mup's {theirs['name']}"
             assert torch.Size(ours["shape"]).numel() == torch.Size(theirs["shape"]).numel(), where
             assert ours["init_std"] == pytest.approx(theirs["init_std"], rel=1e-9, abs=1e-12), where

@@ -122,7 +122,7 @@ def test_at_kappa_one_the_rule_is_the_job_without_it(over):
     plain = engine.train(build.job(typed(*common)), runs)
     for rule in ("sde", "0.31"):
         ruled = engine.train(build.job(typed(*common, f"param.sde_rule={rule}", "param.base_steps=20")), runs)
-        for a, b in zip(plain, ruled):
+        for a, b in zip(plain, ruled, strict=True):
             assert (a.history_loss, a.final_loss, a.eval_loss) == (b.history_loss, b.final_loss, b.eval_loss)
 
 
@@ -137,7 +137,7 @@ def test_batched_equals_one_run_at_a_time_in_float64_with_the_rule(over):
     runs = [Run(log2_lr=e, seed=s) for s in (0, 1) for e in (-9, -6)]
     batched = engine.train(build.job(typed(*common)), runs)
     alone = engine.train(build.job(typed(*common, "engine.batched=false")), runs)
-    for a, b in zip(batched, alone):
+    for a, b in zip(batched, alone, strict=True):
         assert a.history_loss == pytest.approx(b.history_loss, rel=1e-9)
         assert a.eval_loss == pytest.approx(b.eval_loss, rel=1e-9)
 
@@ -157,7 +157,7 @@ def test_a_run_under_the_rule_is_the_job_configured_by_hand(over, scaling):
     lrs = (-9, -7, -5)
     ruled = engine.train(build.job(typed(*common, "param.sde_rule=sde")), [Run(log2_lr=e, seed=0) for e in lrs])
     hand = engine.train(build.job(typed(*common, *by_hand)), [Run(log2_lr=e + 1, seed=0) for e in lrs])
-    for a, b in zip(ruled, hand):
+    for a, b in zip(ruled, hand, strict=True):
         assert (a.history_loss, a.final_loss, a.eval_loss) == (b.history_loss, b.final_loss, b.eval_loss)
     plain = engine.train(build.job(typed(*common)), [Run(log2_lr=-7, seed=0)])
     assert plain[0].final_loss != ruled[1].final_loss  # the rule moved something

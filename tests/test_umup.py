@@ -306,6 +306,8 @@ def test_a_published_llama_gets_the_decoders_rules(case):
     ref = REF["decoder"][case]
     cfg = typed(*LLAMA, "param=umup", f"width={ref['width']}", f"depth={ref['depth']}")
     rows = tensors(cfg, (16,), 64)
+    # the embedding, each layer's q, k, v, o, gate, up, down and two norms, the final norm, the readout
+    assert len(rows) == 9 * ref["depth"] + 3, [r["name"] for r in rows]
     theirs = {("embedding" if r["name"].startswith("embedding") else r["mup_type"], r["shape"][-1], r["depth"] is not None): r
               for r in ref["tensors"]}
     for r in rows:
