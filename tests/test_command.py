@@ -165,13 +165,18 @@ def test_a_script_that_never_prints_a_loss_fails_its_runs_with_that_reason(cli, 
 
 
 def test_a_script_that_ignores_its_seed(cli, tmp_path, trainer):
+    """Its two seeds are one run twice: the records keep both as the script gave them, and the
+    analysis counts one seed per width and says why (`tests/test_copied_seeds.py`)."""
     code, _, err = cli("sweep", *sweep_args(tmp_path, trainer, "--ignore-seed"), "width=32,64", "n_seeds=2")
     assert code == 0, err
     for rec in records(tmp_path / "r" / "s").values():
         by_seed = {s: [r["history_loss"] for r in rec["runs"] if r["seed"] == s] for s in (0, 1)}
-        assert by_seed[0] == by_seed[1]
+        assert by_seed[0] and by_seed[0] == by_seed[1]
     code, out, err = cli("summary", str(tmp_path / "r"), "--json")
     assert code == 0, err
+    (group,) = json.loads(out)["groups"]
+    assert group["n_seeds"] == [1, 1] and group["n_runs"] == [5, 5], group
+    assert "at width 32, 64, seeds 0, 1 gave the same losses at every LR they share" in err, err
 
 
 def test_a_value_of_trainer_vars_swept_is_the_scale_axis_and_a_grid_value_reaches_its_run(cli, tmp_path, trainer):

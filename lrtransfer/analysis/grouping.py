@@ -178,7 +178,7 @@ def _study_groups(df: pd.DataFrame, all_versions: bool) -> list[Part]:
             pieces += [(v.runs, v.label, None) for v in found]
         else:
             pieces.append((found[0].runs, found[0].label if len(found) == 1 else None, versions.superseded(found)))
-    pieces = _once_per_run(pieces, [*keys, axis])
+    pieces = _copied_seeds(_once_per_run(pieces, [*keys, axis]), axis)
     pieces.sort(key=lambda p: first_job(p[0]))  # stable: records that do not say keep their keys' order
     kept = pd.concat([p[0] for p in pieces]) if pieces else df
     shown = [k for k in (*SHOWN, *SCALE_AXES) if k != axis]
@@ -219,6 +219,42 @@ def _once_per_run(pieces: list, keys: list[str]) -> list:
         warnings.warn(f"study {study}: {repeated} run(s) are held by two jobs (the same seed and LR, as "
                       "seed=0,1,2 and then seed=0 n_seeds=3 train); each is counted once", SkippedRecordWarning,
                       stacklevel=3)
+    return out
+
+
+def _copied_seeds(pieces: list, axis: str) -> list:
+    """One run counted once, however many seeds it was recorded under. A script that ignores its
+    `{seed}` (or a table whose seed column is not what seeded the run) gives every seed of a scale
+    the same losses at every LR; resampled as independent seeds they would give that scale's optimum
+    an interval of zero width. Where two or more seeds of a scale ran at an LR (and value of the
+    second axis), and at every such LR their losses are equal to the last digit recorded, that
+    scale's runs are one seed's: each LR's first, under the lowest seed, with a warning."""
+    out, copied = [], {}
+    for sub, label, old in pieces:
+        cols = ["log2_lr", *(["grid_value"] if "grid_value" in sub else [])]
+        losses = [c for c in ("train_loss", "eval_loss") if c in sub]
+        parts = []
+        for scale, s in sub.groupby(axis, sort=True):
+            shared = s[s.duplicated(subset=cols, keep=False)]  # points two or more seeds ran
+            if s["run_seed"].nunique() < 2 or shared.empty or shared[losses].isna().all(axis=None):
+                parts.append(s)
+                continue
+            same = shared.groupby(cols, dropna=False)[losses].nunique(dropna=False).le(1).all(axis=None)
+            if not same:
+                parts.append(s)
+                continue
+            seeds = sorted(s["run_seed"].unique())
+            copied.setdefault(f"{seeds[0]:g}..{seeds[-1]:g}" if len(seeds) > 2 else f"{seeds[0]:g}, {seeds[1]:g}",
+                              []).append(scale)
+            one = s.sort_values("run_seed", kind="stable").drop_duplicates(subset=cols, keep="first")
+            parts.append(one.assign(run_seed=seeds[0]))
+        changed = len(parts) and sum(map(len, parts)) < len(sub)
+        out.append((pd.concat(parts) if changed else sub, label, old))
+    for seeds, scales in copied.items():
+        study = pieces[0][0]["study"].iloc[0]
+        warnings.warn(f"study {study}: at {axis} {', '.join(f'{whole(axis, v)}' for v in scales)}, seeds {seeds} gave "
+                      "the same losses at every LR they share (a script that ignores its {seed}?); counted as one "
+                      "seed there, its interval from the curve's noise", SkippedRecordWarning, stacklevel=3)
     return out
 
 

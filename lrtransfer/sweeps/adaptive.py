@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class GroupRun:
     spent: int = 0  # run-steps of those jobs
     analysis: object = None  # the latest `analysis.Group`
     step: rounds.Step | None = None
-    end: str | None = None  # decided | stuck | out of seeds | budget | failed
+    end: str | None = None  # decided | stuck | out of seeds | seeds copied | budget | failed
     cut: Cut | None = None  # the first round the budget cut short, if one was
     history: list[Trained] = field(default_factory=list)  # its rounds so far
 
@@ -207,8 +208,9 @@ def _groups(sweeper, job_overrides):
         resolved = recorded(OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
                                                    resolve=True, enum_to_str=True))  # grouped as its records will be
         bases.append(Base([o for o in overrides if _key(o) not in SET_HERE], typed, i))
+        # nothing measured yet, so no loss (the grouping counts seeds with equal losses as one)
         fake.append({"job_id": str(i), "status": "complete", "config": resolved,
-                     "runs": [{"seed": typed.seed, "lr": 1.0, "log2_lr": 0.0, "final_loss": 0.0, "diverged": False}]})
+                     "runs": [{"seed": typed.seed, "lr": 1.0, "log2_lr": 0.0, "final_loss": None, "diverged": False}]})
     _check_same_settings(bases)
     first = bases[0].typed
     settings = settings_of(first)
@@ -334,7 +336,9 @@ def _analyse(groups: list[GroupRun], metric: str, settings: rounds.Settings) -> 
                 return (f"job {folder.name} has no complete record ({why}); the adaptive sweep stops here: "
                         "re-run the same command once it is fixed, every finished job is kept")
             g.records[folder] = rec
-        found = analysis.groups(analysis.records.table(g.records[f] for f in g.jobs), metric)
+        with warnings.catch_warnings():  # what the grouping warns of, the summary after the rounds says once
+            warnings.simplefilter("ignore", analysis.SkippedRecordWarning)
+            found = analysis.groups(analysis.records.table(g.records[f] for f in g.jobs), metric)
         g.analysis = found[0]
         g.step = rounds.next_step(g.analysis, g.states, settings)
     return None

@@ -74,6 +74,10 @@ def undecided_words(g: GroupRun) -> str:
            f"adaptive.max_seeds={settings.max_seeds} seeds", "stuck": "an optimum cannot be located on the grids allowed",
            "failed": "a job has no complete record"}.get(g.end, g.end)
     line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
+    if g.end == "seeds copied" and a is not None:  # no seed will decide it: the script's seed is what needs fixing
+        copied = [f"{sc:g}" for sc, n in zip(a.scales, a.n_seeds) if len(g.states[sc].seeds) > n]
+        return (f"undecided after {g.spent:,} run-steps: {ci}; at {g.axis} {', '.join(copied)} {rounds.COPIED}: pass "
+                "{seed} on to the script and re-run")
     if a is None or g.end in ("stuck", "failed"):
         return line
     if g.end == "budget" and g.cut is not None:  # a round trained in part: its rest comes first

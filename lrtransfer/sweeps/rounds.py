@@ -92,7 +92,7 @@ class Step:
     """The policy's answer for one group: the next round's requests and the lines that explain them."""
 
     requests: list[Request] = field(default_factory=list)
-    state: str = "refining"  # refining | seeding | decided | stuck | out of seeds
+    state: str = "refining"  # refining | seeding | decided | stuck | out of seeds | seeds copied
     notes: list[str] = field(default_factory=list)
 
 
@@ -118,6 +118,9 @@ def decided(ci, tolerance: float = TOLERANCE) -> bool:
     return (-tolerance <= lo and hi <= tolerance) or lo > tolerance or hi < -tolerance
 
 
+COPIED = "its seeds gave the same losses at every LR (a script that ignores its {seed}?)"
+
+
 def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
     """The next round for one group, from its analysis `group` (`analysis.Group`) and `states`."""
     step = Step()
@@ -131,7 +134,10 @@ def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
         return step
     stuck = [sc for sc in group.scales if states[sc].stuck]
     located = [sc for sc in group.scales if sc in group.drift_scales]
-    if decided(group.drift_ci, s.tolerance) and firm_evidence([len(states[sc].seeds) for sc in located]):
+    # the seeds the analysis counts: seeds whose losses are equal at every LR count as one (`analysis.grouping`)
+    counted = dict(zip(group.scales, group.n_seeds))
+    copies = [sc for sc in group.scales if len(states[sc].seeds) > counted[sc]]
+    if decided(group.drift_ci, s.tolerance) and firm_evidence([counted[sc] for sc in located]):
         step.state = "decided"
     elif decided(group.drift_ci, s.tolerance) and not stuck:  # a tentative verdict: the seeds a firm one needs
         want = min(FIRM_SEEDS, s.max_seeds)
@@ -154,6 +160,12 @@ def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
         step.state = "seeding" if step.requests else "out of seeds"
         if not step.requests:
             step.notes.append(f"every scale that widens the interval has adaptive.max_seeds={s.max_seeds} seeds")
+    if step.state == "seeding" and copies:  # a seed more of a run that ignores its seed measures nothing
+        step.requests = [rq for rq in step.requests if rq.scale not in copies]
+        if not step.requests:
+            step.state = "seeds copied"
+            step.notes.append(f"{group.axis} {', '.join(f'{sc:g}' for sc in copies)}: {COPIED}, so more seeds would "
+                              "measure nothing")
     return step
 
 

@@ -1,0 +1,81 @@
+"""Seeds that are one run copied count as one seed (`analysis.grouping._copied_seeds`).
+
+A training script that ignores its `{seed}` gives every seed of a scale the same losses at every
+LR. Resampled as independent seeds, they would give the scale's optimum an interval of zero width
+and a verdict more certain than anything measured; counted as one seed, the interval comes from
+the curve's own noise, the summary says why, and an adaptive sweep stops asking for seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lrtransfer import analysis
+from lrtransfer.store import write_record
+from lrtransfer.sweeps import rounds
+
+GRID = [float(x) for x in range(-12, -3)]
+
+
+def record(root, width: int, seed: int, losses: dict[float, float]) -> None:
+    """A job at `width` and `seed` whose runs have these losses, by log2 LR."""
+    runs = [{"lr": 2.0**x, "log2_lr": x, "seed": seed, "final_loss": v, "eval_loss": v, "diverged": False}
+            for x, v in losses.items()]
+    config = {"name": "s", "width": width, "depth": 3, "seed": seed, "n_seeds": 1, "model": {"name": "mlp"},
+              "param": {"name": "standard"}, "optim": {"name": "adam"}, "data": {"name": "teacher"},
+              "lr": {"log2_min": -12, "log2_max": -4, "log2_step": 1}, "train": {"steps": 10}}
+    jid = f"w{width}-s{seed}"
+    write_record(root / "s" / jid, {"job_id": jid, "status": "complete", "config": config, "runs": runs})
+
+
+def curve(optimum: float, rng: np.random.Generator, xs=GRID) -> dict[float, float]:
+    """A parabola in log2 LR with noise: each point's own draw."""
+    return {x: float(1.0 + 0.05 * (x - optimum) ** 2 + rng.normal(0, 0.003)) for x in xs}
+
+
+def test_seeds_with_the_same_losses_at_a_scale_count_as_one_there(tmp_path):
+    rng = np.random.default_rng(0)
+    for i, width in enumerate((64, 128, 256)):
+        copied = curve(-6.0 - 0.5 * i, rng)
+        for seed in range(3):  # 64 and 128: a script that ignores its seed; 256: seeds of their own
+            record(tmp_path, width, seed, copied if width < 256 else curve(-7.0, rng))
+    with pytest.warns(analysis.SkippedRecordWarning, match=r"study s: at width 64, 128, seeds 0\.\.2 gave the same "
+                      r"losses at every LR they share \(a script that ignores its \{seed\}\?\); counted as one seed"):
+        (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.n_seeds == [1, 1, 3] and g.n_runs == [9, 9, 27]
+    # resampled as three independent seeds, a copied scale's optimum would not move at all
+    assert all(hi - lo > 0.02 for lo, hi in g.best_log2_lr_ci[:2]), g.best_log2_lr_ci
+
+
+def test_a_seed_that_ran_some_of_the_lrs_is_the_same_curve_and_one_that_differs_anywhere_is_a_seed(tmp_path):
+    rng = np.random.default_rng(1)
+    first = curve(-8.0, rng)
+    record(tmp_path, 64, 0, first)
+    record(tmp_path, 64, 1, {x: first[x] for x in GRID[3:6]})  # an adaptive round's seed, around the optimum
+    other = curve(-8.0, rng)
+    record(tmp_path, 128, 0, other)
+    record(tmp_path, 128, 1, {**other, GRID[4]: other[GRID[4]] + 1e-9})  # one point apart: a seed of its own
+    with pytest.warns(analysis.SkippedRecordWarning, match=r"at width 64, seeds 0, 1 gave the same losses"):
+        (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.n_seeds == [1, 2] and g.n_runs == [9, 18]
+
+
+def test_an_adaptive_sweep_asks_no_seed_of_a_scale_whose_seeds_are_copies():
+    """Each width ran seeds 0 and 1, which the analysis counts as one: the interval is open, and a
+    seed more would measure nothing, so the sweep ends there and says why."""
+    settings = rounds.Settings(log2_min=-12, log2_max=-4, coarse_step=1.0, resolution=1.0, max_seeds=8, extend=2.0)
+    grid = rounds.Block(-12, -4, 1.0)
+    rng = np.random.default_rng(2)
+    rows = [{"width": w, "run_seed": 0, "log2_lr": x, "train_loss": v + rng.normal(0, 0.02), "diverged": False,
+             "adaptive.enabled": True}
+            for w, o in ((64, -6.0), (128, -6.2), (256, -6.4)) for x, v in curve(o, rng).items()]
+    g = analysis.analyse(pd.DataFrame(rows), "width", {}, "train_loss", np.random.default_rng(0), 200)
+    assert g.n_seeds == [1, 1, 1] and not rounds.decided(g.drift_ci)
+    own = {w: rounds.ScaleState([grid], [0]) for w in (64, 128, 256)}
+    assert rounds.next_step(g, own, settings).state == "seeding"  # one seed each, as counted: more will tell
+    copied = {w: rounds.ScaleState([grid], [0, 1]) for w in (64, 128, 256)}
+    step = rounds.next_step(g, copied, settings)
+    assert step.state == "seeds copied" and not step.requests
+    assert step.notes == ["width 64, 128, 256: its seeds gave the same losses at every LR (a script that ignores its "
+                          "{seed}?), so more seeds would measure nothing"]
