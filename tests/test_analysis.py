@@ -391,8 +391,16 @@ def test_a_transferred_lr_that_diverges_has_no_cost_and_a_warning(tmp_path):
 def test_accuracy_is_maximised(tmp_path):
     study(tmp_path, slope=-1.0, seeds=1)
     (g,) = analysis.groups(analysis.load_runs(tmp_path), metric="eval_acc")
-    assert g.metric == "eval_acc" and g.optimum[0] == analysis.EDGE_LOW  # constant accuracy: first point wins
+    assert g.metric == "eval_acc" and g.optimum == [analysis.FLAT] * 4  # the same accuracy at every LR: no optimum
     assert g.verdict == "undetermined"
+    for path in tmp_path.rglob("record.json"):  # an accuracy that peaks where the loss is least
+        rec = json.loads(path.read_text())
+        for r in rec["runs"]:
+            r["eval_acc"] = 1 / r["final_loss"]
+        path.write_text(json.dumps(rec))
+    (g,) = analysis.groups(analysis.load_runs(tmp_path), metric="eval_acc")
+    assert g.optimum == [analysis.INTERIOR] * 4 and g.best_log2_lr == pytest.approx([-6, -7, -8, -9])
+    assert g.best_loss == pytest.approx([1.0] * 4)  # the best measured accuracy: the largest
 
 
 def test_a_group_names_only_its_own_keys_with_their_types(tmp_path):

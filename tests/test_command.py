@@ -166,7 +166,7 @@ def test_a_script_that_never_prints_a_loss_fails_its_runs_with_that_reason(cli, 
 
 def test_a_script_that_ignores_its_seed(cli, tmp_path, trainer):
     """Its two seeds are one run twice: the records keep both as the script gave them, and the
-    analysis counts one seed per width and says why (`tests/test_copied_seeds.py`)."""
+    analysis counts one seed per width and says why (`tests/test_ignored_inputs.py`)."""
     code, _, err = cli("sweep", *sweep_args(tmp_path, trainer, "--ignore-seed"), "width=32,64", "n_seeds=2")
     assert code == 0, err
     for rec in records(tmp_path / "r" / "s").values():

@@ -20,6 +20,7 @@ from lrtransfer.analysis.resampling import replicates, seed_tables
 from lrtransfer.analysis.statistics import (
     EDGE_HIGH,
     EDGE_LOW,
+    FLAT,
     LOCATED,
     N_RESAMPLES,
     NONE,
@@ -138,7 +139,7 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
     seeds, tables = seed_tables(sub, axis, metric, scales)
     window = ADAPTIVE_WINDOW if adaptive_design(sub) else None
     opt = scale_optima(cv, scales, maximize, window)
-    warn = grid_warnings(axis, scales, opt) + mixed_design(sub)
+    warn = grid_warnings(axis, scales, opt, metric) + mixed_design(sub)
 
     # Drift over the located optima; resampling gives its interval.
     located = [k in LOCATED for k in opt.kind]
@@ -288,8 +289,9 @@ def one_seed_warning(axis: str, located: int, seed: int, adaptive: bool) -> str:
             f"added (its seed-{seed} jobs are kept), or with --until-decided (seeds where the verdict needs them)")
 
 
-def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:
-    """What the grid does not show: an optimum on its edge, a scale where every LR diverged, one scale only."""
+def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima, metric: str = "train_loss") -> list[str]:
+    """What the grid does not show: an optimum on its edge, a scale where every LR diverged or none
+    changed the loss, one scale only."""
     warn = []
     for s, k, g in zip(scales, opt.kind, opt.grid_best):
         if k == EDGE_LOW:
@@ -298,6 +300,9 @@ def grid_warnings(axis: str, scales: list[int], opt: ScaleOptima) -> list[str]:
             warn.append(f"{axis} {s}: best LR is the highest of the grid (log2 {g:g}); widen the grid up (lr.log2_max)")
         elif k == NONE:
             warn.append(f"{axis} {s}: every LR diverged; no optimum")
+        elif k == FLAT:
+            warn.append(f"{axis} {s}: {metric} is the same at every LR, to the last digit recorded: no LR is better "
+                        "than another (a script that ignores its {lr}?); no optimum")
     if len(scales) < 2:
         warn.append(f"only one {axis} ({scales[0]}): no drift without a second scale")
     return warn

@@ -39,12 +39,13 @@ from lrtransfer.analysis.records import plain
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 # Where a scale's optimum sits on its LR grid.
-INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE = (
+INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE, FLAT = (
     "interior",
     "next to divergence",
     "grid edge (low)",
     "grid edge (high)",
     "all diverged",
+    "same loss at every LR",
 )
 LOCATED = (INTERIOR, NEAR_DIVERGENCE)
 # ----------------------------------------------------------------------------- optima
@@ -57,7 +58,7 @@ class Optima:
     log2_lr: np.ndarray  # sub-grid optimum (NaN when no finite point)
     value: np.ndarray  # the parabola's value there (the grid value where no parabola)
     grid_index: np.ndarray  # index of the grid minimum (-1 when none)
-    kind: np.ndarray  # INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH or NONE
+    kind: np.ndarray  # INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE or FLAT
 
 
 def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False, window: float | None = None) -> Optima:
@@ -100,7 +101,13 @@ def subgrid_optima(x: np.ndarray, y: np.ndarray, maximize: bool = False, window:
     kind[found & ~has_r] = EDGE_HIGH
     kind[found & ~has_l] = EDGE_LOW
     kind[~found] = NONE
-    return Optima(log2_lr, -value if maximize else value, np.where(found, i, -1), kind)
+    # three or more LRs and not a digit between their losses: the LR changed nothing (a script that ignores
+    # its {lr}), and the first of equal losses would read as an optimum on the grid's low edge
+    with np.errstate(invalid="ignore"):
+        flat = found & (np.isfinite(s).sum(1) >= 3) & np.all(~np.isfinite(s) | (s == y0[:, None]), 1)
+    kind[flat] = FLAT
+    log2_lr[flat] = np.nan
+    return Optima(log2_lr, -value if maximize else value, np.where(found & ~flat, i, -1), kind)
 
 
 def windowed_vertex(x: np.ndarray, s: np.ndarray, i: np.ndarray, window: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -328,7 +335,7 @@ class ScaleOptima:
     value: list[float | None]  # the parabola's value there
     grid_best: list[float | None]  # log2 LR of the best grid point
     grid_value: list[float | None]  # the best measured mean
-    kind: list[str]  # where it sits: INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE
+    kind: list[str]  # where it sits: INTERIOR, NEAR_DIVERGENCE, EDGE_LOW, EDGE_HIGH, NONE, FLAT
 
 
 def scale_optima(cv: pd.DataFrame, scales: list[int], maximize: bool, window: float | None = None) -> ScaleOptima:

@@ -78,7 +78,10 @@ def undecided_words(g: GroupRun) -> str:
         copied = [f"{sc:g}" for sc, n in zip(a.scales, a.n_seeds) if len(g.states[sc].seeds) > n]
         return (f"undecided after {g.spent:,} run-steps: {ci}; at {g.axis} {', '.join(copied)} {rounds.COPIED}: pass "
                 "{seed} on to the script and re-run")
-    if a is None or g.end in ("stuck", "failed"):
+    if g.end == "stuck":  # each scale's own reason, where it has one
+        why_not = [f"{g.axis} {sc:g}: {st.stuck}" for sc, st in g.states.items() if st.stuck]
+        return line + "".join(f"; {w}" for w in why_not)
+    if a is None or g.end == "failed":
         return line
     if g.end == "budget" and g.cut is not None:  # a round trained in part: its rest comes first
         left_out = g.cost(g.cut.left_out)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, LOCATED, NONE
+from lrtransfer.analysis.statistics import EDGE_HIGH, EDGE_LOW, FLAT, LOCATED, NONE
 from lrtransfer.analysis.verdicts import FIRM_SEEDS, TOLERANCE, firm_evidence
 
 EPS = 1e-9  # octaves: two LRs closer than this are the same LR
@@ -174,6 +174,9 @@ def _lr_blocks(group, i: int, state: ScaleState, s: Settings) -> tuple[list[Bloc
     if state.stuck:
         return [], None
     kind, points = group.optimum[i], state.points()
+    if kind == FLAT:  # no LR, here or further out, shows an optimum to a run that ignores its LR
+        state.stuck = "its loss is the same at every LR (a script that ignores its {lr}?)"
+        return [], state.stuck
     if kind in (EDGE_LOW, EDGE_HIGH, NONE):
         down = kind != EDGE_HIGH  # all diverged: the optimum lies below every LR tried
         x = points[0] - s.coarse_step if down else points[-1] + s.coarse_step

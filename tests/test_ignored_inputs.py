@@ -1,9 +1,12 @@
-"""Seeds that are one run copied count as one seed (`analysis.grouping._copied_seeds`).
+"""Runs that ignore what they are given: a training script of the user's that never reads its
+`{seed}`, or its `{lr}`.
 
-A training script that ignores its `{seed}` gives every seed of a scale the same losses at every
-LR. Resampled as independent seeds, they would give the scale's optimum an interval of zero width
-and a verdict more certain than anything measured; counted as one seed, the interval comes from
-the curve's own noise, the summary says why, and an adaptive sweep stops asking for seeds."""
+Seeds that are one run copied count as one seed (`analysis.grouping._copied_seeds`): resampled as
+independent seeds they would give the scale's optimum an interval of zero width and a verdict more
+certain than anything measured; counted as one seed, the interval comes from the curve's own
+noise, the summary says why, and an adaptive sweep stops asking for seeds. A loss that is the same
+at every LR has no optimum (`statistics.FLAT`), where the first of equal losses would read as an
+optimum on the grid's low edge and ask for a wider grid."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pandas as pd
 import pytest
 
 from lrtransfer import analysis
+from lrtransfer.analysis.statistics import EDGE_LOW, FLAT, INTERIOR, subgrid_optima
 from lrtransfer.store import write_record
 from lrtransfer.sweeps import rounds
 
@@ -79,3 +83,39 @@ def test_an_adaptive_sweep_asks_no_seed_of_a_scale_whose_seeds_are_copies():
     assert step.state == "seeds copied" and not step.requests
     assert step.notes == ["width 64, 128, 256: its seeds gave the same losses at every LR (a script that ignores its "
                           "{seed}?), so more seeds would measure nothing"]
+
+
+# ---------------------------------------------------------------- a script that ignores its LR
+def test_a_loss_the_same_at_every_lr_has_no_optimum():
+    x = np.array(GRID)
+    y = np.array([[1.5] * 9,  # the LR changed nothing
+                  [1.5] * 7 + [np.nan, np.nan],  # ... and the two largest diverged
+                  [1.5] * 8 + [1.5 + 1e-12],  # one digit apart: the lowest LR is the best measured
+                  [1.0 + 0.05 * (v + 8) ** 2 for v in GRID]])
+    o = subgrid_optima(x, y)
+    assert list(o.kind) == [FLAT, FLAT, EDGE_LOW, INTERIOR]
+    assert np.isnan(o.log2_lr[:2]).all() and list(o.grid_index[:2]) == [-1, -1] and o.log2_lr[3] == pytest.approx(-8)
+    assert list(subgrid_optima(x[:2], np.array([[1.5, 1.5]])).kind) == [EDGE_LOW]  # two LRs say too little
+
+
+def test_a_scale_whose_lr_changed_nothing_is_said_and_the_others_keep_their_drift(tmp_path):
+    rng = np.random.default_rng(3)
+    for width, optimum in ((64, -6.0), (128, -7.0), (256, -8.0)):
+        record(tmp_path, width, 0, curve(optimum, rng))
+    record(tmp_path, 512, 0, dict.fromkeys(GRID, 1.25))
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.optimum == [INTERIOR, INTERIOR, INTERIOR, FLAT] and g.best_log2_lr[3] is None
+    assert g.drift_scales == [64, 128, 256] and g.drift == pytest.approx(-1.0, abs=0.1)
+    assert ("width 512: train_loss is the same at every LR, to the last digit recorded: no LR is better than another "
+            "(a script that ignores its {lr}?); no optimum") in g.warnings
+
+
+def test_an_adaptive_sweep_does_not_widen_the_grid_of_a_scale_whose_lr_changed_nothing():
+    settings = rounds.Settings(log2_min=-12, log2_max=-4, coarse_step=1.0, resolution=1.0, max_seeds=8, extend=2.0)
+    rows = [{"width": w, "run_seed": 0, "log2_lr": x, "train_loss": 1.25, "diverged": False, "adaptive.enabled": True}
+            for w in (64, 128) for x in GRID]
+    g = analysis.analyse(pd.DataFrame(rows), "width", {}, "train_loss", np.random.default_rng(0), 200)
+    states = {w: rounds.ScaleState([rounds.Block(-12, -4, 1.0)], [0]) for w in (64, 128)}
+    step = rounds.next_step(g, states, settings)
+    assert step.state == "stuck" and not step.requests
+    assert step.notes[0] == "width 64: its loss is the same at every LR (a script that ignores its {lr}?)"
