@@ -612,10 +612,11 @@ def test_a_record_from_before_a_key_existed_groups_with_the_keys_old_value(tmp_p
     """u-muP's depth study: depths 2..8 recorded before `param.sde_rule` existed, depth 16 after, at
     `none` (what the older jobs computed, and the same ids): depth 16 was a group of its own, with no
     drift. A newer record at another value (`sde`) computes something else and stays apart."""
+    rng = np.random.default_rng(0)  # each width its own losses: widths of one curve would have trained nothing apart
     for i, w in enumerate(WIDTHS):
         keys = {"base_width": 64} if i < 3 else {"base_width": 64, **newer}
         for s in range(2):
-            fake_record(tmp_path, width=w, param="mup", seed=s, optimum=-6.0, param_keys=keys)
+            fake_record(tmp_path, width=w, param="mup", seed=s, optimum=-6.0, param_keys=keys, noise=0.001, rng=rng)
     found = analysis.groups(analysis.load_runs(tmp_path))
     assert len(found) == groups, [g.scales for g in found]
     if groups == 1:

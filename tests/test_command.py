@@ -363,7 +363,7 @@ def test_plan_lists_the_commands_and_prices_them_from_finished_runs(cli, tmp_pat
 
 def test_an_adaptive_sweep_launches_only_the_lrs_and_seeds_it_chooses(cli, tmp_path, trainer):
     log = tmp_path / "calls.log"
-    args = [*sweep_args(tmp_path, trainer, "--drift=0"), "width=32,64,128", "lr.log2_min=-10", "lr.log2_max=-2",
+    args = [*sweep_args(tmp_path, trainer, "--drift=0.1"), "width=32,64,128", "lr.log2_min=-10", "lr.log2_max=-2",
             "lr.log2_step=1", "adaptive.max_seeds=2", f"+trainer.env.CALLS={log}"]
     code, out, err = cli("sweep", *args, "--until-decided", "--budget", "500")
     assert code == 0, err
@@ -372,11 +372,12 @@ def test_an_adaptive_sweep_launches_only_the_lrs_and_seeds_it_chooses(cli, tmp_p
                   (json.loads(p.read_text()) for p in (tmp_path / "r").rglob("record.json")))
     assert len(started) == len(set(started)) == trained < 3 * 9 * 2
     assert "adaptive sweep:" in out and "of a budget of 500" in out and trained * 20 <= 500  # run-steps: 20 a run
+    assert "round 2" in out, out  # past the coarse grid: LRs (or seeds) the sweep chose
 
 
 # ---------------------------------------------------------------- nothing read from a results folder runs
 def test_reading_commands_and_a_rerun_never_run_a_command_from_a_record(cli, tmp_path, trainer):
-    args = [*sweep_args(tmp_path, trainer), "width=32,64"]
+    args = [*sweep_args(tmp_path, trainer, "--drift=0.5"), "width=32,64"]  # widths apart: `predict` has a drift to read
     assert cli("sweep", *args)[0] == 0
     marker = tmp_path / "ran"
     for path in (tmp_path / "r").rglob("record.json"):  # a record edited to hold another command

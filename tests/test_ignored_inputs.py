@@ -1,14 +1,18 @@
 """Runs that ignore what they are given: a training script of the user's that never reads its
-`{seed}`, or its `{lr}`.
+`{seed}`, its `{lr}` or its `{width}`.
 
 Seeds that are one run copied count as one seed (`analysis.grouping._copied_seeds`): resampled as
 independent seeds they would give the scale's optimum an interval of zero width and a verdict more
 certain than anything measured; counted as one seed, the interval comes from the curve's own
 noise, the summary says why, and an adaptive sweep stops asking for seeds. A loss that is the same
 at every LR has no optimum (`statistics.FLAT`), where the first of equal losses would read as an
-optimum on the grid's low edge and ask for a wider grid."""
+optimum on the grid's low edge and ask for a wider grid. Scales that trained the same thing seed by
+seed (`group.copied_scales`) give a drift of exactly 0, "transfers", measured on nothing: no
+verdict, and an adaptive sweep stops."""
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -112,10 +116,46 @@ def test_a_scale_whose_lr_changed_nothing_is_said_and_the_others_keep_their_drif
 
 def test_an_adaptive_sweep_does_not_widen_the_grid_of_a_scale_whose_lr_changed_nothing():
     settings = rounds.Settings(log2_min=-12, log2_max=-4, coarse_step=1.0, resolution=1.0, max_seeds=8, extend=2.0)
-    rows = [{"width": w, "run_seed": 0, "log2_lr": x, "train_loss": 1.25, "diverged": False, "adaptive.enabled": True}
-            for w in (64, 128) for x in GRID]
+    rows = [{"width": w, "run_seed": 0, "log2_lr": x, "train_loss": v, "diverged": False, "adaptive.enabled": True}
+            for w, v in ((64, 1.25), (128, 1.5)) for x in GRID]
     g = analysis.analyse(pd.DataFrame(rows), "width", {}, "train_loss", np.random.default_rng(0), 200)
     states = {w: rounds.ScaleState([rounds.Block(-12, -4, 1.0)], [0]) for w in (64, 128)}
     step = rounds.next_step(g, states, settings)
     assert step.state == "stuck" and not step.requests
     assert step.notes[0] == "width 64: its loss is the same at every LR (a script that ignores its {lr}?)"
+
+
+# ---------------------------------------------------------------- a script that ignores its width
+def test_scales_that_trained_the_same_thing_give_no_verdict(tmp_path):
+    rng = np.random.default_rng(4)
+    same = [curve(-7.0, rng) for _ in range(2)]  # one model, whatever the width: seed by seed
+    for width in (64, 128, 256):
+        for seed in (0, 1):
+            record(tmp_path, width, seed, same[seed])
+    for seed in (0, 1):
+        record(tmp_path, 512, seed, {**same[seed], GRID[0]: same[seed][GRID[0]] + 1e-9})  # one digit: a width of its own
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.copied_scales == [[64, 128, 256]]
+    assert g.drift == pytest.approx(0.0, abs=1e-9) and g.verdict == g.leans == "undetermined"
+    assert ("width 64, 128, 256 gave the same train_loss at every LR they share, seed by seed: the width changed "
+            "nothing in training (a script that ignores its {width}?); no verdict") in g.warnings
+    # seeds apart are no copy: the same curves under other seeds are two runs, not one model
+    shutil.rmtree(tmp_path / "s" / "w512-s0")
+    shutil.rmtree(tmp_path / "s" / "w512-s1")
+    record(tmp_path, 512, 0, same[1])
+    record(tmp_path, 512, 1, same[0])
+    (g,) = analysis.groups(analysis.load_runs(tmp_path))
+    assert g.copied_scales == [[64, 128, 256]]
+
+
+def test_an_adaptive_sweep_stops_on_scales_that_trained_the_same_thing():
+    settings = rounds.Settings(log2_min=-12, log2_max=-4, coarse_step=1.0, resolution=1.0, max_seeds=8, extend=2.0)
+    one = curve(-7.0, np.random.default_rng(5))
+    rows = [{"width": w, "run_seed": 0, "log2_lr": x, "train_loss": v, "diverged": False, "adaptive.enabled": True}
+            for w in (64, 128) for x, v in one.items()]
+    g = analysis.analyse(pd.DataFrame(rows), "width", {}, "train_loss", np.random.default_rng(0), 200)
+    states = {w: rounds.ScaleState([rounds.Block(-12, -4, 1.0)], [0]) for w in (64, 128)}
+    step = rounds.next_step(g, states, settings)
+    assert step.state == "stuck" and not step.requests
+    assert step.notes == ["width 64, 128: the same losses at every LR, seed by seed"]
+    assert states[128].stuck == "it trained what width 64 did (a script that ignores its {width}?)" and not states[64].stuck

@@ -70,6 +70,7 @@ class Group:
     transfer_cost: list[float | None] = field(default_factory=list)
     transfer_cost_se: list[float | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    copied_scales: list[list[int | float]] = field(default_factory=list)  # scales that trained the same (`copied_scales`)
     fit: Fit | None = field(default=None, repr=False)
     runs: pd.DataFrame | None = field(default=None, repr=False)
     joint: Joint | None = None  # a second inner axis (`grid.<key>`): each scale's best value; the LR fields are at it
@@ -161,6 +162,9 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
     if fit is not None and fit.ci is None:
         warn.append("no interval: too few finite points to measure the noise; add seeds")
     on_edge = any(k in (EDGE_LOW, EDGE_HIGH) for k in opt.kind)  # the optimum may lie off the grid: no verdict
+    copies = copied_scales(tables, scales)
+    warn += [f"{axis} {', '.join(f'{s:g}' for s in same)} gave the same {metric} at every LR they share, seed by seed: "
+             f"the {axis} changed nothing in training (a script that ignores its {{{axis}}}?); no verdict" for same in copies]
 
     t_lr = transferred_lr(cv, scales, opt.grid_best[0], maximize) if len(scales) > 1 else None
     t_loss, t_cost, t_se = transfer_cost(cv, tables, scales, opt.grid_best, opt.grid_value, t_lr)
@@ -168,7 +172,7 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
 
     per = sub.groupby(axis)
     n_seeds = [int(per.get_group(s)["run_seed"].nunique()) for s in scales]
-    leans = "undetermined" if on_edge or fit is None else verdict(fit.ci)
+    leans = "undetermined" if on_edge or copies or fit is None else verdict(fit.ci)
     ruling = ruled(leans, [n_seeds[i] for i in used])
     if fit is not None and fit.ci is not None and max(n_seeds) == 1:
         warn.append(one_seed_warning(axis, len(used), int(sub["run_seed"].iloc[0]), window is not None))
@@ -207,9 +211,32 @@ def analyse(sub: pd.DataFrame, axis: str, fixed: dict, metric: str, rng: np.rand
         transfer_cost=t_cost,
         transfer_cost_se=t_se,
         warnings=warn,
+        copied_scales=copies,
         fit=fit,
         runs=sub,
     )
+
+
+def copied_scales(tables: dict, scales: list) -> list[list]:
+    """Scales that trained the same thing: at every LR two scales share (three or more, with a loss),
+    each seed's loss equal to the last digit recorded. A script that ignores its `{width}` trains
+    one model at every width, whose optimum does not move: a drift of exactly 0, "transfers",
+    measured on nothing. Each list is one set of such scales, in scale order."""
+    sets: list[list] = []
+    for j, b in enumerate(scales):
+        xb, Vb, _, Mb = tables[b]
+        for same in sets:
+            xa, Va, _, Ma = tables[same[0]]
+            shared, ia, ib = np.intersect1d(xa, xb, return_indices=True)
+            seeds = Ma[:, ia].any(1) & Mb[:, ib].any(1)  # the seeds both ran
+            pa, pb = Va[seeds][:, ia], Vb[seeds][:, ib]  # (seeds, shared LRs): NaN where diverged or not run
+            if (len(shared) >= 3 and np.isfinite(pa).sum() >= 3 and np.array_equal(Ma[seeds][:, ia], Mb[seeds][:, ib])
+                    and np.array_equal(pa, pb, equal_nan=True)):
+                same.append(b)
+                break
+        else:
+            sets.append([b])
+    return [same for same in sets if len(same) > 1]
 
 
 # An adaptive sweep's estimators (`adaptive_design`): each optimum is the least-squares parabola

@@ -80,7 +80,7 @@ def undecided_words(g: GroupRun) -> str:
                 "{seed} on to the script and re-run")
     if g.end == "stuck":  # each scale's own reason, where it has one
         why_not = [f"{g.axis} {sc:g}: {st.stuck}" for sc, st in g.states.items() if st.stuck]
-        return line + "".join(f"; {w}" for w in why_not)
+        return f"undecided after {g.spent:,} run-steps: {ci}; " + "; ".join(why_not) if why_not else line
     if a is None or g.end == "failed":
         return line
     if g.end == "budget" and g.cut is not None:  # a round trained in part: its rest comes first

@@ -124,6 +124,14 @@ COPIED = "its seeds gave the same losses at every LR (a script that ignores its 
 def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
     """The next round for one group, from its analysis `group` (`analysis.Group`) and `states`."""
     step = Step()
+    for same in group.copied_scales:  # scales that train one model: no LR or seed more measures a drift
+        for scale in same[1:]:
+            states[scale].stuck = f"it trained what {group.axis} {same[0]:g} did (a script that ignores its {{{group.axis}}}?)"
+    if group.copied_scales:
+        step.state = "stuck"
+        step.notes += [f"{group.axis} {', '.join(f'{sc:g}' for sc in same)}: the same losses at every LR, seed by seed"
+                       for same in group.copied_scales]
+        return step
     for i, scale in enumerate(group.scales):
         state = states[scale]
         blocks, note = _lr_blocks(group, i, state, s)
