@@ -43,6 +43,20 @@ def cli(monkeypatch, capsys):
     return run
 
 
+def run_cli(*args: str) -> int:
+    """`lrtransfer ARGS...` in this process, as the `cli` fixture runs it, for a module's fixture
+    (`cli` is per test); its exit code."""
+    from lrtransfer.cli.app import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["lrtransfer", *args])
+        try:
+            main()
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
 _PACKAGED = ("lrtransfer.conf", "hydra.conf")  # installed YAML files: no test writes to them
 
 
