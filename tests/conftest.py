@@ -43,6 +43,20 @@ def cli(monkeypatch, capsys):
     return run
 
 
+def run_cli(*args: str) -> int:
+    """`lrtransfer ARGS...` in this process, as the `cli` fixture runs it, for a module's fixture
+    (`cli` is per test); its exit code."""
+    from lrtransfer.cli.app import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["lrtransfer", *args])
+        try:
+            main()
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
 _PACKAGED = ("lrtransfer.conf", "hydra.conf")  # installed YAML files: no test writes to them
 
 
@@ -80,16 +94,29 @@ def _compose_without_rereading() -> None:
 _compose_without_rereading()
 
 
+_COMPOSED: dict = {}
+
+
 def compose(*overrides: str):
-    """The composed job config for `overrides` (no sweep values), as a DictConfig."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
+    """The composed job config for `overrides` (no sweep values), as a DictConfig.
 
-    import lrtransfer.config  # noqa: F401  (registers the schemas)
-    import lrtransfer.store  # noqa: F401  (registers the job-id resolver)
+    Hundreds of tests compose the same overrides again (a sixth of the calls of a run): each set
+    is composed once a session, from the packaged files and schemas, which cannot change in it (see
+    `_compose_without_rereading`), and every call gets its own deep copy, as Hydra's own readers
+    do. A composition that fails is not kept: it fails again, the same way, each time."""
+    import copy
 
-    with initialize_config_module("lrtransfer.conf", version_base="1.3"):
-        return hydra_compose("config", overrides=list(overrides))
+    key = tuple(overrides)
+    if key not in _COMPOSED:
+        from hydra import compose as hydra_compose
+        from hydra import initialize_config_module
+
+        import lrtransfer.config  # noqa: F401  (registers the schemas)
+        import lrtransfer.store  # noqa: F401  (registers the job-id resolver)
+
+        with initialize_config_module("lrtransfer.conf", version_base="1.3"):
+            _COMPOSED[key] = hydra_compose("config", overrides=list(overrides))
+    return copy.deepcopy(_COMPOSED[key])
 
 
 def typed(*overrides: str):

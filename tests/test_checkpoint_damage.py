@@ -17,7 +17,6 @@ import json
 import math
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -26,24 +25,11 @@ import torch
 
 from lrtransfer.sweeps.checkpoint import FileCheckpoint
 from lrtransfer.training import build, engine, stop
-from tests.conftest import TINY, typed
+from tests.conftest import TINY, run_cli, typed
 
 # Three runs, the last of which diverges at its second step: a frozen run is state too.
 JOB = [*TINY, "width=16", "train.steps=20", "lr.log2_min=-8", "lr.log2_max=6", "lr.log2_step=7"]
 STEPS, K = 20, 3
-
-
-def _cli(*args: str) -> int:
-    """The CLI in this process, for the module's fixture (the `cli` fixture is per test)."""
-    from lrtransfer.cli.app import main
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["lrtransfer", *args])
-        try:
-            main()
-        except SystemExit as e:
-            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    return 0
 
 
 def _interrupted_state(extra: tuple, after: int) -> dict:
@@ -82,7 +68,7 @@ def made(tmp_path_factory):
     out = {}
     for variant, extra in VARIANTS.items():
         root = tmp_path_factory.mktemp(variant)
-        assert _cli("sweep", *JOB, *extra, f"results_dir={root}", "name=s") == 0
+        assert run_cli("sweep", *JOB, *extra, f"results_dir={root}", "name=s") == 0
         (record,) = (root / "s").glob("*/record.json")
         after = 50 if variant == "one-at-a-time" else 30
         out[variant] = root, json.loads(record.read_text()), _interrupted_state(extra, after)

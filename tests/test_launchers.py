@@ -30,13 +30,9 @@ def needs(module: str):
 
 
 @pytest.fixture(scope="module")
-def in_process(tmp_path_factory):
-    """The reference: the same sweep with Hydra's basic (in-process) launcher."""
-    from lrtransfer.sweeps.launch import launch
-
-    root = tmp_path_factory.mktemp("basic")
-    launch([*TINY, "width=16,32", f"results_dir={root}", "name=s"])
-    found = records(root / "s")
+def in_process(two_widths):
+    """The reference: the same sweep with Hydra's basic (in-process) launcher (the session's)."""
+    found = records(two_widths / "s")
     assert len(found) == 2
     return found
 
