@@ -49,6 +49,9 @@ def test_records_keep_what_their_files_held(changed):
     assert all(set(r["inputs"]) == {"data.train_path", "model.source"} for r in records)
     assert all("meta.pkl" in r["inputs"]["data.train_path"] for r in records)  # nanoGPT's vocabulary travels with it
     new = [r for r in records if r["job_id"] not in old]
+    # the newest version is the newest job's: the three jobs may start within one second
+    assert all(len(r["created"]) == len("2026-01-01T00:00:00.000000+00:00") for r in records)
+    assert new[0]["created"] > max(r["created"] for r in records if r["job_id"] in old)
     assert {r["inputs"]["data.train_path"] for r in new}.isdisjoint(r["inputs"]["data.train_path"] for r in records
                                                                     if r["job_id"] in old)
     assert {r["inputs"]["model.source"] for r in new}.isdisjoint(r["inputs"]["model.source"] for r in records

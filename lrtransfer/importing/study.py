@@ -100,7 +100,7 @@ def records(table: Table, columns: Columns, name: str) -> Imported:
     jobs, bad = _jobs(table, columns)
     source = {"kind": IMPORTED, "table": str(table.path.resolve()), "sha256": table.sha256, "format": table.format,
               "columns": columns.record(), "rows": len(table.rows), "skipped": len(bad)}
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created = datetime.now(timezone.utc).isoformat(timespec="microseconds")
     out = Imported([], bad, len(table.rows))
     for config, runs in jobs.values():
         record = {

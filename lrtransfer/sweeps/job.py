@@ -213,7 +213,7 @@ def _run_locked(cfg: DictConfig, folder: Path) -> dict:
         "job_id": job_id(cfg),
         "config": config,
         "inputs": inputs(config),  # what its data and model files held: readers tell two versions apart
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(timezone.utc).isoformat(timespec="microseconds"),  # jobs started within one second keep their order
         "sweep_index": _sweep_index(),
         "host": platform.node(),
         "versions": versions() if engine else versions(torch=False),
