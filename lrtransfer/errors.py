@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -55,8 +56,6 @@ def lr_hint(key: str, value: str | None = None) -> str:
         one = float(value)
     except (TypeError, ValueError):
         one = None
-    import math
-
     if one is None or not 0 < one < math.inf:
         example = f"both its log2: {math.log2(0.01):.4g} for 0.01"
     else:

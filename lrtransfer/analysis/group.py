@@ -223,7 +223,7 @@ def copied_scales(tables: dict, scales: list) -> list[list]:
     one model at every width, whose optimum does not move: a drift of exactly 0, "transfers",
     measured on nothing. Each list is one set of such scales, in scale order."""
     sets: list[list] = []
-    for j, b in enumerate(scales):
+    for b in scales:
         xb, Vb, _, Mb = tables[b]
         for same in sets:
             xa, Va, _, Ma = tables[same[0]]

@@ -75,7 +75,7 @@ def undecided_words(g: GroupRun) -> str:
            "failed": "a job has no complete record"}.get(g.end, g.end)
     line = f"undecided after {g.spent:,} run-steps ({why}): {ci}"
     if g.end == "seeds copied" and a is not None:  # no seed will decide it: the script's seed is what needs fixing
-        copied = [f"{sc:g}" for sc, n in zip(a.scales, a.n_seeds) if len(g.states[sc].seeds) > n]
+        copied = [f"{sc:g}" for sc in rounds.seed_copies(a, g.states)]
         return (f"undecided after {g.spent:,} run-steps: {ci}; at {g.axis} {', '.join(copied)} {rounds.COPIED}: pass "
                 "{seed} on to the script and re-run")
     if g.end == "stuck":  # each scale's own reason, where it has one

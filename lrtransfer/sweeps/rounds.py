@@ -121,6 +121,12 @@ def decided(ci, tolerance: float = TOLERANCE) -> bool:
 COPIED = "its seeds gave the same losses at every LR (a script that ignores its {seed}?)"
 
 
+def seed_copies(group, states: dict[float, ScaleState]) -> list[float]:
+    """The scales that trained more seeds than the analysis counts: seeds whose losses are equal at
+    every LR count as one (`analysis.grouping`), so a seed more of them measures nothing."""
+    return [sc for sc, n in zip(group.scales, group.n_seeds) if len(states[sc].seeds) > n]
+
+
 def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
     """The next round for one group, from its analysis `group` (`analysis.Group`) and `states`."""
     step = Step()
@@ -142,9 +148,8 @@ def next_step(group, states: dict[float, ScaleState], s: Settings) -> Step:
         return step
     stuck = [sc for sc in group.scales if states[sc].stuck]
     located = [sc for sc in group.scales if sc in group.drift_scales]
-    # the seeds the analysis counts: seeds whose losses are equal at every LR count as one (`analysis.grouping`)
-    counted = dict(zip(group.scales, group.n_seeds))
-    copies = [sc for sc in group.scales if len(states[sc].seeds) > counted[sc]]
+    counted = dict(zip(group.scales, group.n_seeds))  # the seeds the analysis counts (`seed_copies`)
+    copies = seed_copies(group, states)
     if decided(group.drift_ci, s.tolerance) and firm_evidence([counted[sc] for sc in located]):
         step.state = "decided"
     elif decided(group.drift_ci, s.tolerance) and not stuck:  # a tentative verdict: the seeds a firm one needs
